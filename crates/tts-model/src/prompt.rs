@@ -1,0 +1,238 @@
+//! Building the talker's prompt exactly as the reference does
+//! (`Qwen3TTSForConditionalGeneration.generate`, architecture reference §2.2).
+//!
+//! A prompt is ids, not vectors: every talker input position is the sum of a text-track
+//! vector `T(id)` (text embedding + text projection) and a codec-track vector `C(id)` (codec
+//! embedding); either may be absent. Backends turn ids into vectors.
+
+use crate::config::{ModelConfig, ModelKind};
+use crate::error::{ModelError, RequestError};
+use crate::tokenizer::TextTokenizer;
+
+/// How the text enters the talker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TextMode {
+    /// All text in the prompt (the reference's `non_streaming_mode=True`, its default for
+    /// CustomVoice and VoiceDesign).
+    #[default]
+    Prefill,
+    /// One text token per generated frame (`non_streaming_mode=False`); needed when text
+    /// arrives in pieces, and gives a shorter prefill.
+    Stream,
+}
+
+impl std::str::FromStr for TextMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "prefill" | "non_streaming" | "non-streaming" => Ok(TextMode::Prefill),
+            "stream" | "streaming" => Ok(TextMode::Stream),
+            other => Err(format!(
+                "unknown text mode `{other}` (use `prefill` or `stream`)"
+            )),
+        }
+    }
+}
+
+/// What to say and how.
+#[derive(Debug, Clone, Default)]
+pub struct SpeechRequest {
+    pub text: String,
+    /// A preset speaker (CustomVoice). Matched case-insensitively.
+    pub voice: Option<String>,
+    /// A language key or "auto". Matched case-insensitively.
+    pub language: String,
+    /// Style instructions (CustomVoice 1.7B) or the voice description (VoiceDesign).
+    pub instructions: Option<String>,
+    pub text_mode: TextMode,
+}
+
+/// One prompt position: the ids of its two tracks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptPosition {
+    /// Text-track token id (embedded with `text_embedding` then `text_projection`).
+    pub text: Option<u32>,
+    /// Codec-track id (embedded with the talker's `codec_embedding`).
+    pub codec: Option<u32>,
+}
+
+/// The prefill positions and the text still to be fed one token per frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub positions: Vec<PromptPosition>,
+    /// Text ids added to the talker input of generation steps 0, 1, ...; after them the
+    /// text track is `tts_pad` forever.
+    pub trailing_text: Vec<u32>,
+    /// The tokenized assistant text (role + body + suffix), as the reference tokenizes it.
+    pub input_ids: Vec<u32>,
+    /// The tokenized instructions, when used.
+    pub instruct_ids: Option<Vec<u32>>,
+    /// Number of text tokens in the body (drives the runaway frame cap).
+    pub body_len: usize,
+}
+
+/// The resolved voice of a request: which codec ids the prefix carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VoiceIds {
+    pub speaker: Option<u32>,
+    pub language: Option<u32>,
+}
+
+/// Looks up the speaker and language of a request, applying the dialect override.
+pub fn resolve_voice(cfg: &ModelConfig, req: &SpeechRequest) -> Result<VoiceIds, RequestError> {
+    let talker = &cfg.talker;
+    let speaker_key = req
+        .voice
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_lowercase);
+    let speaker = match (&speaker_key, cfg.tts_model_type) {
+        (None, _) => None,
+        (Some(v), ModelKind::CustomVoice) => {
+            Some(
+                *talker
+                    .spk_id
+                    .get(v)
+                    .ok_or_else(|| RequestError::UnknownVoice {
+                        voice: v.clone(),
+                        available: talker.spk_id.keys().cloned().collect::<Vec<_>>().join(", "),
+                    })?,
+            )
+        }
+        (Some(v), kind) => {
+            return Err(RequestError::VoiceNotSupported {
+                kind: kind.as_str().into(),
+                voice: v.clone(),
+            })
+        }
+    };
+    let lang = req.language.trim().to_lowercase();
+    let lang = if lang.is_empty() {
+        "auto".to_string()
+    } else {
+        lang
+    };
+    let supported = talker.supported_languages();
+    if !supported.contains(&lang) {
+        return Err(RequestError::UnknownLanguage {
+            language: req.language.clone(),
+            supported: supported.join(", "),
+        });
+    }
+    let mut language = if lang == "auto" {
+        None
+    } else {
+        talker.codec_language_id.get(&lang).copied()
+    };
+    if lang == "chinese" || lang == "auto" {
+        if let Some(dialect) = speaker_key
+            .as_ref()
+            .and_then(|s| talker.spk_is_dialect.get(s))
+            .and_then(|f| f.dialect())
+        {
+            language = talker.codec_language_id.get(dialect).copied();
+        }
+    }
+    Ok(VoiceIds { speaker, language })
+}
+
+/// Builds the prompt of a request.
+pub fn build_prompt(
+    cfg: &ModelConfig,
+    tokenizer: &TextTokenizer,
+    req: &SpeechRequest,
+) -> Result<Prompt, ModelError> {
+    if cfg.tts_model_type == ModelKind::Base {
+        return Err(RequestError::Unsupported(
+            "voice cloning (Base checkpoints) needs reference audio, which is not supported yet"
+                .into(),
+        )
+        .into());
+    }
+    if req.text.trim().is_empty() {
+        return Err(RequestError::EmptyText.into());
+    }
+    let voice = resolve_voice(cfg, req)?;
+    let talker = &cfg.talker;
+
+    let input_ids = tokenizer.encode(&format!(
+        "<|im_start|>assistant\n{}<|im_end|>\n<|im_start|>assistant\n",
+        req.text
+    ))?;
+    // The reference slices positionally: role = ids[:3], body = ids[3:-5].
+    if input_ids.len() < 9 {
+        return Err(RequestError::EmptyText.into());
+    }
+    let role = &input_ids[..3];
+    let body = &input_ids[3..input_ids.len() - 5];
+
+    let instructions = req.instructions.as_deref().filter(|s| !s.is_empty());
+    let instruct_ids = match instructions {
+        Some(_) if cfg.drops_instructions() => {
+            tracing::warn!(
+                "this CustomVoice checkpoint ignores instructions (as the reference does for 0.6B)"
+            );
+            None
+        }
+        Some(ins) => Some(tokenizer.encode(&format!("<|im_start|>user\n{ins}<|im_end|>\n"))?),
+        None => None,
+    };
+
+    let text = |id: u32| PromptPosition {
+        text: Some(id),
+        codec: None,
+    };
+    let both = |t: u32, c: u32| PromptPosition {
+        text: Some(t),
+        codec: Some(c),
+    };
+    let (pad, bos, eos) = (
+        cfg.tts_pad_token_id,
+        cfg.tts_bos_token_id,
+        cfg.tts_eos_token_id,
+    );
+
+    let mut codec_prefix = match voice.language {
+        None => vec![
+            talker.codec_nothink_id,
+            talker.codec_think_bos_id,
+            talker.codec_think_eos_id,
+        ],
+        Some(lang) => vec![
+            talker.codec_think_id,
+            talker.codec_think_bos_id,
+            lang,
+            talker.codec_think_eos_id,
+        ],
+    };
+    codec_prefix.extend(voice.speaker);
+
+    let mut positions: Vec<PromptPosition> = Vec::new();
+    if let Some(ids) = &instruct_ids {
+        positions.extend(ids.iter().map(|&id| text(id)));
+    }
+    positions.extend(role.iter().map(|&id| text(id)));
+    positions.extend(codec_prefix.iter().map(|&c| both(pad, c)));
+    positions.push(both(bos, talker.codec_pad_id));
+
+    let trailing_text = match req.text_mode {
+        TextMode::Stream => {
+            positions.push(both(body[0], talker.codec_bos_id));
+            body[1..].iter().copied().chain([eos]).collect()
+        }
+        TextMode::Prefill => {
+            positions.extend(body.iter().map(|&id| both(id, talker.codec_pad_id)));
+            positions.push(both(eos, talker.codec_pad_id));
+            positions.push(both(pad, talker.codec_bos_id));
+            Vec::new()
+        }
+    };
+    Ok(Prompt {
+        positions,
+        trailing_text,
+        body_len: body.len(),
+        input_ids,
+        instruct_ids,
+    })
+}

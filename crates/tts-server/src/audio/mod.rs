@@ -1,0 +1,3 @@
+//! Audio output: PCM conversion and container encoders.
+
+pub mod wav;

@@ -1,0 +1,26 @@
+//! Command-line interface: subcommands and their options.
+
+mod synth;
+
+use clap::{Parser, Subcommand};
+
+/// Qwen3-TTS inference: synthesize speech, serve it, benchmark it.
+#[derive(Debug, Parser)]
+#[command(name = "qwen3-tts", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Synthesize one utterance to a WAV file (and optionally its codes to JSON).
+    Synth(synth::SynthArgs),
+}
+
+/// Runs the chosen subcommand.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Synth(args) => synth::run(args),
+    }
+}
