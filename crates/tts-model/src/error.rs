@@ -6,7 +6,7 @@ use std::path::PathBuf;
 /// Everything that can go wrong while loading a model or preparing a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -43,7 +43,7 @@ pub enum ModelError {
         "unknown model `{0}`: give a checkpoint directory, `demo`, `random:1.7b` or `random:0.6b`"
     )]
     UnknownModel(String),
-    #[error("{0}")]
+    #[error(transparent)]
     Request(#[from] RequestError),
 }
 

@@ -111,7 +111,7 @@ impl TextTokenizer {
         }
         // Each multi-byte token is produced by merging any split whose halves are tokens;
         // merges are ordered by the rank of the merged token (as transformers' converter).
-        let mut merges: Vec<(u32, u32, u32, String, String)> = (&*vocab)
+        let mut merges: Vec<(u32, u32, u32, String, String)> = (*vocab)
             .par_iter()
             .flat_map_iter(|(token, &rank)| {
                 let vocab = &vocab;
@@ -180,10 +180,7 @@ impl TextTokenizer {
         let mut inner = tokenizers::Tokenizer::new(bpe);
         inner
             .with_normalizer(Some(NFC))
-            .with_pre_tokenizer(Some(Sequence::new(vec![
-                split.into(),
-                byte_level.clone().into(),
-            ])))
+            .with_pre_tokenizer(Some(Sequence::new(vec![split.into(), byte_level.into()])))
             .with_post_processor(Some(byte_level))
             .with_decoder(Some(ByteLevelDecoder::default()));
         let specials: Vec<tokenizers::AddedToken> = added
