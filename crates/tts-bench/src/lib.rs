@@ -1,0 +1,1 @@
+//! Load generation and measurement for qwen3-tts-server.

@@ -1,0 +1,1 @@
+//! The CUDA backend of qwen3-tts-server.

@@ -1,0 +1,1 @@
+//! The streaming engine (see DESIGN.md): scheduler, engine loop, chunking, onset trim.
