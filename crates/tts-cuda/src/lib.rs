@@ -1,1 +1,27 @@
-//! The CUDA backend of qwen3-tts-server.
+//! The CUDA backend of qwen3-tts-server: the only crate that knows CUDA.
+//!
+//! cudarc with dynamic loading (nothing CUDA is needed to build), kernels compiled by NVRTC
+//! at start-up (cached on disk), cuBLAS for large GEMMs, CUDA graphs for the talker step
+//! and the code-predictor loop per batch bucket. [`CudaBackend`] implements
+//! `tts_model::Backend` and is checked against the CPU reference (`tests/gpu_parity.rs`).
+
+pub mod codec;
+pub mod compile;
+pub mod device;
+pub mod error;
+pub mod libs;
+
+pub use error::CudaError;
+
+/// Compiles every kernel for `arch` (e.g. `sm_90`) without touching a GPU: needs only
+/// NVRTC. Returns the CUBIN size.
+pub fn compile_kernels(arch: &str) -> Result<usize, CudaError> {
+    libs::preload();
+    let (_, _, nvrtc) = libs::present();
+    if !nvrtc {
+        return Err(CudaError::Unavailable("NVRTC (libnvrtc.so.13) not found".into()));
+    }
+    Ok(compile::compile_cubin(&compile::module_source(), arch)?.len())
+}
+pub mod linear;
+pub mod weights;

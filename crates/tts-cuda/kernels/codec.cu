@@ -1,0 +1,1 @@
+// codec.cu — (placeholder until the GPU codec lands)

@@ -1,0 +1,56 @@
+// common.cuh — shared helpers, prepended to every kernel module (NVRTC has no CUDA headers
+// here, so bf16 is handled as raw 16-bit patterns).
+//
+// Conventions of every kernel in this crate:
+//   * weights are bf16 row-major (PyTorch layout), activations are f32 row-major [rows][cols];
+//   * batched kernels take `rows_valid`: rows at or past it are padding and write nothing;
+//   * per-request state is addressed through a slot index array (`slots[row]`, -1 = none).
+typedef unsigned short bf16;
+
+#define NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float bf2f(bf16 v) { return __uint_as_float(((unsigned int)v) << 16); }
+
+// Round-to-nearest-even f32 -> bf16 (NaN kept quiet).
+__device__ __forceinline__ bf16 f2bf(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+// The 8 bf16 values packed in a uint4, widened to f32.
+__device__ __forceinline__ void unpack8(uint4 u, float* f) {
+    f[0] = __uint_as_float(u.x << 16); f[1] = __uint_as_float(u.x & 0xffff0000u);
+    f[2] = __uint_as_float(u.y << 16); f[3] = __uint_as_float(u.y & 0xffff0000u);
+    f[4] = __uint_as_float(u.z << 16); f[5] = __uint_as_float(u.z & 0xffff0000u);
+    f[6] = __uint_as_float(u.w << 16); f[7] = __uint_as_float(u.w & 0xffff0000u);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ float block_sum(float v, float* scratch /* >= 33 floats */) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        float s = lane < nw ? scratch[lane] : 0.f;
+        s = warp_sum(s);
+        if (lane == 0) scratch[32] = s;
+    }
+    __syncthreads();
+    return scratch[32];
+}

@@ -1,0 +1,69 @@
+// ops.cu — row-wise helpers around cuBLAS GEMMs (prefill and large batches).
+//
+// cuBLAS multiplies bf16 by bf16, so large-M linear layers run as:
+//   to_bf16 (optionally RMSNorm-ing each row)  ->  cublasGemmEx (f32 out)  ->  epilogue.
+// The epilogue has the same semantics as gemv.cu's.
+
+// One block per row: out[r] = bf16( g ⊙ x[r] / sqrt(mean(x[r]²) + eps) ), or plain bf16(x[r])
+// when g is null.
+extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, int K,
+                                        const float* __restrict__ g, float eps, bf16* out,
+                                        int ldo, int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    __shared__ float scratch[33];
+    const float* xr = x + (size_t)r * ldx;
+    float inv = 1.f;
+    if (g) {
+        float s = 0.f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) s += xr[k] * xr[k];
+        s = block_sum(s, scratch);
+        inv = 1.0f / sqrtf(s / (float)K + eps);
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        float v = g ? g[k] * (xr[k] * inv) : xr[k];
+        out[(size_t)r * ldo + k] = f2bf(v);
+    }
+}
+
+// acc: f32 [rows][N] (GEMM output). Writes y as gemv.cu's epilogue would (act 2 halves N).
+extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
+                                           const float* __restrict__ bias, int act,
+                                           const float* res, int ldr, float* y, int ldy,
+                                           int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    const float* a = acc + (size_t)r * N;
+    if (act == 2) {
+        for (int i = threadIdx.x; i < N / 2; i += blockDim.x) {
+            float g = a[2 * i], u = a[2 * i + 1];
+            if (bias) { g += bias[2 * i]; u += bias[2 * i + 1]; }
+            float v = silu(g) * u;
+            if (res) v += res[(size_t)r * ldr + i];
+            y[(size_t)r * ldy + i] = v;
+        }
+    } else {
+        for (int n = threadIdx.x; n < N; n += blockDim.x) {
+            float v = a[n];
+            if (bias) v += bias[n];
+            if (act == 1) v = silu(v);
+            if (res) v += res[(size_t)r * ldr + n];
+            y[(size_t)r * ldy + n] = v;
+        }
+    }
+}
+
+// out[r] = g ⊙ x[r] / sqrt(mean(x[r]²) + eps), f32 (one block per row).
+extern "C" __global__ void rms_norm_rows(const float* __restrict__ x, int ldx, int K,
+                                         const float* __restrict__ g, float eps, float* out,
+                                         int ldo, int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    __shared__ float scratch[33];
+    const float* xr = x + (size_t)r * ldx;
+    float s = 0.f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) s += xr[k] * xr[k];
+    s = block_sum(s, scratch);
+    float inv = 1.0f / sqrtf(s / (float)K + eps);
+    for (int k = threadIdx.x; k < K; k += blockDim.x) out[(size_t)r * ldo + k] = g[k] * (xr[k] * inv);
+}

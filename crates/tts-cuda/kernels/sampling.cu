@@ -1,0 +1,272 @@
+// sampling.cu — code sampling on the GPU, the same rules as tts_model::sampling (the CPU
+// reference): talker logits processors (repetition penalty over earlier code-0 ids, EOS
+// masked for the first `min_new` samples, ids >= suppress_from except EOS suppressed), then
+// argmax, or temperature -> top-k -> top-p -> inverse-CDF draw in index order with
+// u = philox4x32-10(seed, [frame, codebook, 0, 0]).
+//
+// Per-slot parameters, u32 [max_slots][16] (floats stored as bits):
+//   0 seed_lo, 1 seed_hi, 2 talker do_sample, 3 talker top_k, 4 talker temperature,
+//   5 talker top_p, 6 repetition penalty, 7 cp do_sample, 8 cp top_k, 9 cp temperature,
+//   10 cp top_p, 11 code-0 samples so far (updated here).
+// seen: u32 [max_slots][seen_words], bit id set once code-0 id was sampled.
+// One block of SAMPLE_THREADS threads per row; V <= SAMPLE_MAXV.
+
+#define SAMPLE_THREADS 256
+#define SAMPLE_MAXV 4096
+
+__device__ __forceinline__ void philox4x32(unsigned int k0, unsigned int k1, unsigned int* c) {
+    for (int r = 0; r < 10; r++) {
+        unsigned int hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        unsigned int hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        unsigned int n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+}
+
+__device__ __forceinline__ float draw_uniform(unsigned int seed_lo, unsigned int seed_hi,
+                                              unsigned int frame, unsigned int codebook) {
+    unsigned int c[4] = {frame, codebook, 0u, 0u};
+    philox4x32(seed_lo, seed_hi, c);
+    return (float)(c[0] >> 8) * (1.0f / 16777216.0f);
+}
+
+__device__ __forceinline__ unsigned int order_key(float f) {
+    unsigned int u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(unsigned int k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+struct SampleShared {
+    float s[SAMPLE_MAXV];
+    int idx[SAMPLE_MAXV];
+    unsigned int hist[256];
+    float scratch[33];
+    float fscratch[SAMPLE_THREADS];
+    int iv[4];
+};
+
+// Index of the largest value, lowest index on ties.
+__device__ int block_argmax(const float* s, int V, SampleShared& sh) {
+    float best = NEG_INF;
+    int bi = V;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (s[i] > best || (s[i] == best && i < bi)) { best = s[i]; bi = i; }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+    }
+    __syncthreads();
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) { sh.fscratch[w] = best; sh.idx[w] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float b = NEG_INF;
+        int ii = V;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++)
+            if (sh.fscratch[k] > b || (sh.fscratch[k] == b && sh.idx[k] < ii)) { b = sh.fscratch[k]; ii = sh.idx[k]; }
+        sh.iv[0] = ii < V ? ii : 0;
+    }
+    __syncthreads();
+    return sh.iv[0];
+}
+
+// The k-th largest value of s[0..V) (radix select over order-preserving keys).
+__device__ float kth_largest(const float* s, int V, int k, SampleShared& sh) {
+    unsigned int prefix = 0, mask = 0;
+    int remaining = k;
+    for (int pass = 0; pass < 4; pass++) {
+        int shift = 24 - 8 * pass;
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            unsigned int key = order_key(s[i]);
+            if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cum = 0, chosen = 0;
+            for (int d = 255; d >= 0; d--) {
+                if (cum + (int)sh.hist[d] >= remaining) { chosen = d; break; }
+                cum += sh.hist[d];
+            }
+            sh.iv[1] = chosen;
+            sh.iv[2] = remaining - cum;
+        }
+        __syncthreads();
+        prefix |= ((unsigned int)sh.iv[1]) << shift;
+        mask |= 255u << shift;
+        remaining = sh.iv[2];
+        __syncthreads();
+    }
+    return key_value(prefix);
+}
+
+// Top-p as transformers' TopPLogitsWarper: sort ascending, drop tokens whose cumulative
+// probability (from the smallest up) is <= 1 - top_p, keeping at least the largest.
+__device__ void apply_top_p(float* s, int V, float top_p, SampleShared& sh) {
+    int n = 1;
+    while (n < V) n <<= 1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        sh.idx[i] = i < V ? i : -1;
+    }
+    __syncthreads();
+    // bitonic sort of indices by (value ascending, index ascending); padding sorts last
+    for (int size = 2; size <= n; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                int j = i ^ stride;
+                if (j > i) {
+                    int a = sh.idx[i], b = sh.idx[j];
+                    bool a_gt_b;
+                    if (a < 0) a_gt_b = true;
+                    else if (b < 0) a_gt_b = false;
+                    else a_gt_b = s[a] > s[b] || (s[a] == s[b] && a > b);
+                    bool up = (i & size) == 0;
+                    if (a_gt_b == up) { sh.idx[i] = b; sh.idx[j] = a; }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (threadIdx.x == 0) {
+        float mx = s[sh.idx[V - 1]];
+        float total = 0.f;
+        for (int r = 0; r < V; r++) total += expf(s[sh.idx[r]] - mx);
+        float cum = 0.f;
+        for (int r = 0; r < V; r++) {
+            int i = sh.idx[r];
+            cum += expf(s[i] - mx) / total;
+            if (cum <= 1.0f - top_p && r + 1 < V) s[i] = NEG_INF;
+        }
+    }
+    __syncthreads();
+}
+
+// Picks an id from processed logits s[0..V) (modified in place).
+__device__ int choose(float* s, int V, bool do_sample, float temp, int top_k, float top_p,
+                      float u, SampleShared& sh) {
+    if (!do_sample) return block_argmax(s, V, sh);
+    if (temp != 1.0f)
+        for (int i = threadIdx.x; i < V; i += blockDim.x) s[i] = s[i] / temp;
+    __syncthreads();
+    if (top_k > 0 && top_k < V) {
+        float thr = kth_largest(s, V, top_k, sh);
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (s[i] < thr) s[i] = NEG_INF;
+        __syncthreads();
+    }
+    if (top_p < 1.0f) apply_top_p(s, V, top_p, sh);
+    // max
+    float mx = NEG_INF;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, s[i]);
+    mx = warp_max(mx);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh.fscratch[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = NEG_INF;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) m = fmaxf(m, sh.fscratch[k]);
+        sh.scratch[32] = m;
+    }
+    __syncthreads();
+    mx = sh.scratch[32];
+    if (mx == NEG_INF) return block_argmax(s, V, sh);
+    // contiguous chunk per thread keeps index order for the inverse CDF
+    int C = (V + blockDim.x - 1) / blockDim.x;
+    int lo = threadIdx.x * C, hi = min(V, lo + C);
+    float local = 0.f;
+    int last_pos = -1;
+    for (int i = lo; i < hi; i++) {
+        float w = s[i] == NEG_INF ? 0.f : expf(s[i] - mx);
+        s[i] = w;
+        if (w > 0.f) { local += w; last_pos = i; }
+    }
+    __syncthreads();
+    sh.fscratch[threadIdx.x] = local;
+    sh.idx[threadIdx.x] = last_pos;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        // exclusive prefix of thread sums, sequential (thread order = index order)
+        float acc = 0.f;
+        int lastp = -1;
+        for (int t = 0; t < (int)blockDim.x; t++) {
+            float v = sh.fscratch[t];
+            sh.fscratch[t] = acc;
+            acc += v;
+            if (sh.idx[t] >= 0) lastp = sh.idx[t];
+        }
+        sh.scratch[31] = acc;
+        sh.iv[0] = V;      // choice
+        sh.iv[3] = lastp;  // fallback
+    }
+    __syncthreads();
+    float excl = sh.fscratch[threadIdx.x];
+    float target = u * sh.scratch[31];
+    if (excl <= target && excl + local > target) {
+        float cl = 0.f;
+        for (int i = lo; i < hi; i++) {
+            if (s[i] > 0.f) {
+                cl += s[i];
+                if (excl + cl > target) { atomicMin(&sh.iv[0], i); break; }
+            }
+        }
+    }
+    __syncthreads();
+    int c = sh.iv[0] < V ? sh.iv[0] : sh.iv[3];
+    __syncthreads();
+    return c < 0 ? 0 : c;
+}
+
+// Code 0 for each row from talker logits [rows][V]; writes out[r * out_stride] and updates
+// the slot's history (seen bits, sample count).
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
+    const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
+    unsigned int* params, unsigned int* seen, int seen_words, int eos, int suppress_from,
+    int min_new, int* out, int out_stride) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    int slot = slots[r];
+    if (slot < 0) return;
+    __shared__ SampleShared sh;
+    unsigned int* p = params + slot * 16;
+    unsigned int* sb = seen + (size_t)slot * seen_words;
+    float penalty = __uint_as_float(p[6]);
+    int count = (int)p[11];
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float l = logits[(size_t)r * V + i];
+        if (penalty != 1.0f && ((sb[i >> 5] >> (i & 31)) & 1u)) l = l > 0.f ? l / penalty : l * penalty;
+        if (i == eos && count < min_new) l = NEG_INF;
+        if (i >= suppress_from && i != eos) l = NEG_INF;
+        sh.s[i] = l;
+    }
+    __syncthreads();
+    float u = draw_uniform(p[0], p[1], (unsigned int)count, 0u);
+    int c = choose(sh.s, V, p[2] != 0, __uint_as_float(p[4]), (int)p[3], __uint_as_float(p[5]), u, sh);
+    if (threadIdx.x == 0) {
+        out[r * out_stride] = c;
+        sb[c >> 5] |= 1u << (c & 31);
+        p[11] = (unsigned int)(count + 1);
+    }
+}
+
+// Code `step` (1..15) of each row's frame from code-predictor logits [rows][V]; writes
+// frames[r][step]. The frame index for the draw is the slot's code-0 count minus one.
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
+    const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
+    const unsigned int* __restrict__ params, int step, int* frames) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    int slot = slots[r];
+    if (slot < 0) return;
+    __shared__ SampleShared sh;
+    const unsigned int* p = params + slot * 16;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sh.s[i] = logits[(size_t)r * V + i];
+    __syncthreads();
+    float u = draw_uniform(p[0], p[1], p[11] - 1u, (unsigned int)step);
+    int c = choose(sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
+    if (threadIdx.x == 0) frames[r * 16 + step] = c;
+}

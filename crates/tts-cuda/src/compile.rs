@@ -1,0 +1,125 @@
+//! Kernel sources and their compilation with NVRTC, cached on disk.
+//!
+//! All `.cu` files are compiled as one module (with `common.cuh` prepended) to a CUBIN for
+//! the device's architecture. The cache key hashes the source, the options and the NVRTC
+//! version; the cache lives in `$QWEN3_TTS_KERNEL_CACHE`, else `$XDG_CACHE_HOME/qwen3-tts`,
+//! else `~/.cache/qwen3-tts`, else the system temp dir.
+
+use std::ffi::{c_char, CString};
+use std::path::PathBuf;
+
+use cudarc::nvrtc;
+
+use crate::error::CudaError;
+
+/// Every kernel source file, in compilation order.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../kernels/common.cuh")),
+    ("gemv.cu", include_str!("../kernels/gemv.cu")),
+    ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("embed.cu", include_str!("../kernels/embed.cu")),
+    ("ops.cu", include_str!("../kernels/ops.cu")),
+    ("sampling.cu", include_str!("../kernels/sampling.cu")),
+    ("codec.cu", include_str!("../kernels/codec.cu")),
+];
+
+/// The whole kernel module as one translation unit.
+pub fn module_source() -> String {
+    let mut s = String::new();
+    for (name, src) in SOURCES {
+        s.push_str(&format!("// ---- {name}\n"));
+        s.push_str(src);
+        s.push('\n');
+    }
+    s
+}
+
+fn options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()]
+}
+
+/// NVRTC's version, e.g. (13, 0).
+pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through valid pointers.
+    unsafe { nvrtc::sys::nvrtcVersion(&mut a, &mut b) }
+        .result()
+        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    Ok((a, b))
+}
+
+/// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90`).
+pub fn compile_cubin(src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+    let csrc = CString::new(src).map_err(|e| CudaError::Compile(e.to_string()))?;
+    let prog = nvrtc::result::create_program(&csrc, None)
+        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    let opts = options(arch);
+    // SAFETY: `prog` is a live program; options are valid strings.
+    let r = unsafe { nvrtc::result::compile_program(prog, &opts) };
+    if let Err(err) = r {
+        // SAFETY: reading the log of a live program.
+        let log = unsafe { nvrtc::result::get_program_log(prog) }.unwrap_or_default();
+        let log: Vec<u8> = log.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+        // SAFETY: destroying the program we created.
+        let _ = unsafe { nvrtc::result::destroy_program(prog) };
+        return Err(CudaError::Compile(format!("{err:?}\n{}", String::from_utf8_lossy(&log))));
+    }
+    let mut size = 0usize;
+    // SAFETY: querying the CUBIN size of a compiled program.
+    unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size) }
+        .result()
+        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` has exactly the size NVRTC reported.
+    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) }
+        .result()
+        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    // SAFETY: destroying the program we created.
+    unsafe { nvrtc::result::destroy_program(prog) }.map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    Ok(buf)
+}
+
+fn cache_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("QWEN3_TTS_KERNEL_CACHE") {
+        return PathBuf::from(d);
+    }
+    if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("qwen3-tts");
+    }
+    if let Ok(h) = std::env::var("HOME") {
+        return PathBuf::from(h).join(".cache/qwen3-tts");
+    }
+    std::env::temp_dir().join("qwen3-tts")
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The kernel module's CUBIN for `arch`, from the disk cache or freshly compiled.
+pub fn module_cubin(arch: &str) -> Result<Vec<u8>, CudaError> {
+    let src = module_source();
+    let (maj, min) = nvrtc_version()?;
+    let key = fnv(format!("{src}\n{:?}\n{maj}.{min}", options(arch)).as_bytes());
+    let path = cache_dir().join(format!("kernels-{arch}-{key:016x}.cubin"));
+    if let Ok(bytes) = std::fs::read(&path) {
+        if !bytes.is_empty() {
+            return Ok(bytes);
+        }
+    }
+    let t = std::time::Instant::now();
+    let cubin = compile_cubin(&src, arch)?;
+    tracing::info!(arch, ms = t.elapsed().as_millis() as u64, "compiled CUDA kernels with NVRTC");
+    if std::fs::create_dir_all(cache_dir()).is_ok() {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &cubin).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(cubin)
+}

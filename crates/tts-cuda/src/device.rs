@@ -1,0 +1,290 @@
+//! The device: context, the one stream everything runs on, cuBLAS with a fixed workspace,
+//! the kernel module, device buffers and typed launch/GEMM helpers.
+//!
+//! Everything is ordered on one stream, so cudarc's per-buffer event tracking is disabled
+//! (it would also break graph capture). Kernels take raw device pointers (`u64`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::cublas::sys as bsys;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use crate::compile;
+use crate::error::CudaError;
+use crate::libs;
+
+/// Names of every kernel the backend launches (checked at start-up).
+pub const KERNELS: &[&str] = &[
+    "gemv_m1",
+    "gemv_m2",
+    "gemv_m4",
+    "gemv_m8",
+    "gemv_m16",
+    "qk_norm_rope_kv",
+    "decode_attention",
+    "gather_rows",
+    "gather_rows_f32",
+    "frame_embedding",
+    "cp_step_input",
+    "copy_rows",
+    "gather_u32",
+    "scatter_u32",
+    "cp_first_input",
+    "to_bf16_rows",
+    "linear_epilogue",
+    "rms_norm_rows",
+    "sample_talker",
+    "sample_cp",
+];
+
+/// A device buffer and its raw address.
+pub struct DBuf<T> {
+    slice: CudaSlice<T>,
+    pub ptr: u64,
+    pub len: usize,
+}
+
+impl<T> DBuf<T> {
+    /// Address of element `i`.
+    pub fn at(&self, i: usize) -> u64 {
+        debug_assert!(i <= self.len);
+        self.ptr + (i * std::mem::size_of::<T>()) as u64
+    }
+
+    pub fn slice(&self) -> &CudaSlice<T> {
+        &self.slice
+    }
+
+    pub fn slice_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.slice
+    }
+}
+
+/// Workspace given to cuBLAS once, so it never allocates during graph capture.
+const BLAS_WORKSPACE: usize = 64 << 20;
+
+/// The GPU and everything bound to it.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: CudaBlas,
+    _module: Arc<CudaModule>,
+    funcs: HashMap<&'static str, CudaFunction>,
+    _workspace: CudaSlice<u8>,
+    pub name: String,
+    pub arch: String,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: loads the libraries, creates the context and stream,
+    /// compiles (or loads from cache) the kernels and prepares cuBLAS.
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        let report = libs::preload();
+        let (driver, blas, nvrtc) = libs::present();
+        if !(driver && blas && nvrtc) {
+            return Err(CudaError::Unavailable(format!(
+                "CUDA libraries not found (driver {driver}, cuBLAS {blas}, NVRTC {nvrtc}); \
+                 set QWEN3_TTS_CUDA_LIB_DIRS or LD_LIBRARY_PATH. {}",
+                report.notes.join("; ")
+            )));
+        }
+        let count = CudaContext::device_count().map_err(|e| CudaError::Unavailable(format!("{e:?}")))?;
+        if count as usize <= ordinal {
+            return Err(CudaError::Unavailable(format!("{count} CUDA device(s), asked for #{ordinal}")));
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: all work goes through one stream; no buffer is shared across streams.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let (maj, min) = ctx.compute_capability()?;
+        let arch = format!("sm_{maj}{min}");
+        let name = ctx.name()?;
+        let cubin = compile::module_cubin(&arch)?;
+        let module = ctx.load_module(Ptx::from_binary(cubin))?;
+        let mut funcs = HashMap::new();
+        for &k in KERNELS.iter().chain(crate::codec::KERNELS) {
+            funcs.insert(k, module.load_function(k)?);
+        }
+        let blas = CudaBlas::new(stream.clone())?;
+        let workspace: CudaSlice<u8> = stream.alloc_zeros(BLAS_WORKSPACE)?;
+        {
+            let (p, _g) = workspace.device_ptr(&stream);
+            // SAFETY: the workspace outlives the handle (both owned by this struct).
+            unsafe { bsys::cublasSetWorkspace_v2(*blas.handle(), p as *mut _, BLAS_WORKSPACE) }
+                .result()?;
+        }
+        tracing::info!(%name, %arch, "CUDA device ready");
+        Ok(Self {
+            ctx,
+            stream,
+            blas,
+            _module: module,
+            funcs,
+            _workspace: workspace,
+            name,
+            arch,
+        })
+    }
+
+    pub fn func(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
+        self.funcs.get(name).ok_or(CudaError::MissingKernel(name))
+    }
+
+    /// A zeroed buffer of `n` elements.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DBuf<T>, CudaError> {
+        let slice: CudaSlice<T> = self.stream.alloc_zeros(n.max(1))?;
+        let ptr = slice.device_ptr(&self.stream).0;
+        Ok(DBuf { slice, ptr, len: n })
+    }
+
+    /// A buffer holding a copy of `host`.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<DBuf<T>, CudaError> {
+        let slice = self.stream.clone_htod(host)?;
+        let ptr = slice.device_ptr(&self.stream).0;
+        Ok(DBuf { slice, ptr, len: host.len() })
+    }
+
+    /// Copies `host` into the start of `dst`.
+    pub fn write<T: DeviceRepr>(&self, dst: &mut DBuf<T>, host: &[T]) -> Result<(), CudaError> {
+        if host.is_empty() {
+            return Ok(());
+        }
+        let mut view = dst.slice.slice_mut(0..host.len());
+        self.stream.memcpy_htod(host, &mut view)?;
+        Ok(())
+    }
+
+    /// Copies `host` into `dst` starting at element `offset`.
+    pub fn write_at<T: DeviceRepr>(&self, dst: &mut DBuf<T>, offset: usize, host: &[T]) -> Result<(), CudaError> {
+        if host.is_empty() {
+            return Ok(());
+        }
+        let mut view = dst.slice.slice_mut(offset..offset + host.len());
+        self.stream.memcpy_htod(host, &mut view)?;
+        Ok(())
+    }
+
+    /// Copies the first `n` elements of `src` to the host (synchronises the stream).
+    pub fn read<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>, n: usize) -> Result<Vec<T>, CudaError> {
+        let mut out = vec![T::default(); n];
+        if n > 0 {
+            let view = src.slice.slice(0..n);
+            self.stream.memcpy_dtoh(&view, &mut out)?;
+        }
+        self.stream.synchronize()?;
+        Ok(out)
+    }
+
+    pub fn sync(&self) -> Result<(), CudaError> {
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Launches `name` on a `grid` of `block`-thread blocks with `args` (raw pointers as
+    /// `u64`, sizes as `i32`, scalars as `f32`).
+    pub fn launch(&self, name: &'static str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), CudaError> {
+        let f = self.func(name)?;
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::P(p) => b.arg(p),
+                Arg::I(i) => b.arg(i),
+                Arg::F(x) => b.arg(x),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every kernel's argument list is matched by its typed launcher in
+        // `kernels.rs` (pointer / int / float in declaration order), and the pointers are
+        // live device allocations sized per the kernel's documented shape contract.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// `C[m×n] = alpha · op(A) · op(B) + beta · C` in cuBLAS's column-major terms, with A/B
+    /// of type `ab` (bf16 or f32), C f32, f32 accumulation (TF32 allowed when `tf32`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        ta: bool,
+        tb: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: u64,
+        lda: usize,
+        b: u64,
+        ldb: usize,
+        beta: f32,
+        c: u64,
+        ldc: usize,
+        ab: GemmType,
+    ) -> Result<(), CudaError> {
+        let alpha = 1f32;
+        let op = |t: bool| {
+            if t {
+                bsys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                bsys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let (dt, compute) = match ab {
+            GemmType::Bf16 => (bsys::cudaDataType_t::CUDA_R_16BF, bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            GemmType::F32Tf32 => (
+                bsys::cudaDataType_t::CUDA_R_32F,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ),
+        };
+        // SAFETY: the handle is bound to our stream; the pointers are device buffers whose
+        // sizes the callers derive from the same (m, n, k, ld*) they pass here.
+        unsafe {
+            bsys::cublasGemmEx(
+                *self.blas.handle(),
+                op(ta),
+                op(tb),
+                m as i32,
+                n as i32,
+                k as i32,
+                &alpha as *const f32 as *const _,
+                a as *const _,
+                dt,
+                lda as i32,
+                b as *const _,
+                dt,
+                ldb as i32,
+                &beta as *const f32 as *const _,
+                c as *mut _,
+                bsys::cudaDataType_t::CUDA_R_32F,
+                ldc as i32,
+                compute,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()?;
+        Ok(())
+    }
+}
+
+/// A kernel argument.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    P(u64),
+    I(i32),
+    F(f32),
+}
+
+/// Element type of GEMM inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmType {
+    Bf16,
+    F32Tf32,
+}

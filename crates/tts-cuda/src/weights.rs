@@ -1,0 +1,204 @@
+//! Model weights on the device, built from the same checkpoint walk as the CPU reference
+//! (`tts_model::weights`): matrices and embeddings in bf16, norms and biases in f32, the
+//! talker's q/k/v concatenated and gate/up interleaved (for the fused GEMV epilogue), and
+//! the code predictor's input projection folded into f32 embedding tables (1.7B).
+
+use tts_model::checkpoint::{HostTensor, Init, WeightSource};
+use tts_model::config::{ModelConfig, StackDims};
+use tts_model::weights::{CodePredictorW, DecoderLayerW, LinearW, TalkerW, TensorLoader};
+
+use crate::device::{DBuf, GemmType, Gpu};
+use crate::error::CudaError;
+use crate::linear::Linear;
+
+/// Loads host tensors (bf16 or f32 as stored / generated).
+pub struct HostLoader<'a>(pub &'a WeightSource);
+
+impl TensorLoader for HostLoader<'_> {
+    type T = HostTensor;
+    fn load(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor, tts_model::ModelError> {
+        self.0.tensor(name, shape, init)
+    }
+}
+
+fn f32_buf(gpu: &Gpu, t: &HostTensor) -> Result<DBuf<f32>, CudaError> {
+    gpu.upload(&t.to_f32())
+}
+
+fn linear(gpu: &Gpu, w: &LinearW<HostTensor>) -> Result<Linear, CudaError> {
+    let (n, k) = (w.weight.shape[0], w.weight.shape[1]);
+    let bias = w.bias.as_ref().map(|b| b.to_f32());
+    Linear::new(gpu, &w.weight.to_bf16_bits(), n, k, bias.as_deref())
+}
+
+fn matrix(gpu: &Gpu, t: &HostTensor) -> Result<Linear, CudaError> {
+    Linear::new(gpu, &t.to_bf16_bits(), t.shape[0], t.shape[1], None)
+}
+
+/// One decoder layer: fused QKV and gate/up weights.
+pub struct DevLayer {
+    pub input_norm: DBuf<f32>,
+    /// Rows: q (heads·hd), k (kv·hd), v (kv·hd).
+    pub qkv: Linear,
+    pub q_norm: DBuf<f32>,
+    pub k_norm: DBuf<f32>,
+    pub o: Linear,
+    pub post_norm: DBuf<f32>,
+    /// Rows interleaved (gate_0, up_0, gate_1, up_1, ...).
+    pub gate_up: Linear,
+    pub down: Linear,
+}
+
+impl DevLayer {
+    fn new(gpu: &Gpu, w: &DecoderLayerW<HostTensor>, d: &StackDims) -> Result<Self, CudaError> {
+        let h = d.hidden;
+        let mut qkv = w.attn.q_proj.to_bf16_bits();
+        qkv.extend(w.attn.k_proj.to_bf16_bits());
+        qkv.extend(w.attn.v_proj.to_bf16_bits());
+        let (g, u) = (w.gate_proj.to_bf16_bits(), w.up_proj.to_bf16_bits());
+        let mut gu = Vec::with_capacity(g.len() * 2);
+        for i in 0..d.intermediate {
+            gu.extend_from_slice(&g[i * h..(i + 1) * h]);
+            gu.extend_from_slice(&u[i * h..(i + 1) * h]);
+        }
+        Ok(Self {
+            input_norm: f32_buf(gpu, &w.input_layernorm)?,
+            qkv: Linear::new(gpu, &qkv, d.q_dim() + 2 * d.kv_dim(), h, None)?,
+            q_norm: f32_buf(gpu, &w.attn.q_norm)?,
+            k_norm: f32_buf(gpu, &w.attn.k_norm)?,
+            o: matrix(gpu, &w.attn.o_proj)?,
+            post_norm: f32_buf(gpu, &w.post_attention_layernorm)?,
+            gate_up: Linear::new(gpu, &gu, 2 * d.intermediate, h, None)?,
+            down: matrix(gpu, &w.down_proj)?,
+        })
+    }
+}
+
+/// A decoder stack's weights plus its RoPE frequencies.
+pub struct DevStack {
+    pub dims: StackDims,
+    pub layers: Vec<DevLayer>,
+    pub norm: DBuf<f32>,
+    pub inv_freq: DBuf<f32>,
+}
+
+impl DevStack {
+    fn new(gpu: &Gpu, d: StackDims, layers: &[DecoderLayerW<HostTensor>], norm: &HostTensor) -> Result<Self, CudaError> {
+        let base = d.rope_theta as f32;
+        let inv: Vec<f32> = (0..d.head_dim / 2)
+            .map(|i| 1.0 / base.powf((2 * i) as f32 / d.head_dim as f32))
+            .collect();
+        Ok(Self {
+            dims: d,
+            layers: layers.iter().map(|l| DevLayer::new(gpu, l, &d)).collect::<Result<_, _>>()?,
+            norm: f32_buf(gpu, norm)?,
+            inv_freq: gpu.upload(&inv)?,
+        })
+    }
+}
+
+/// Talker weights.
+pub struct DevTalker {
+    pub stack: DevStack,
+    /// `[codec vocab][H]` bf16.
+    pub codec_embedding: DBuf<u16>,
+    /// `[text vocab][text hidden]` bf16.
+    pub text_embedding: DBuf<u16>,
+    pub text_hidden: usize,
+    pub fc1: Linear,
+    pub fc2: Linear,
+    pub codec_head: Linear,
+}
+
+/// Code-predictor weights.
+pub struct DevCodePredictor {
+    pub stack: DevStack,
+    /// 15 tables `[2048][talker H]` bf16, back to back.
+    pub embeddings: DBuf<u16>,
+    pub lm_heads: Vec<Linear>,
+    pub projection: Option<Linear>,
+    /// With a projection: `proj(E_j(c))` for all j, c, f32 `[15][2048][cp H]`.
+    pub folded: Option<DBuf<f32>>,
+    /// With a projection: `proj(C(c))` for c < 2048, f32 `[2048][cp H]`.
+    pub folded_code0: Option<DBuf<f32>>,
+    pub vocab: usize,
+}
+
+impl DevTalker {
+    pub fn load(gpu: &Gpu, cfg: &ModelConfig, src: &WeightSource) -> Result<Self, CudaError> {
+        let w = TalkerW::load(cfg, &mut HostLoader(src))?;
+        let d = cfg.talker.dims();
+        Ok(Self {
+            stack: DevStack::new(gpu, d, &w.layers, &w.norm)?,
+            codec_embedding: gpu.upload(&w.codec_embedding.to_bf16_bits())?,
+            text_embedding: gpu.upload(&w.text_embedding.to_bf16_bits())?,
+            text_hidden: cfg.talker.text_hidden_size,
+            fc1: linear(gpu, &w.text_fc1)?,
+            fc2: linear(gpu, &w.text_fc2)?,
+            codec_head: matrix(gpu, &w.codec_head)?,
+        })
+    }
+}
+
+impl DevCodePredictor {
+    /// Loads the code predictor and, for the 1.7B geometry, folds the projection into the
+    /// embedding tables (`proj(E_j(c))`, `proj(C(c))`) with one GEMM each.
+    pub fn load(gpu: &Gpu, cfg: &ModelConfig, src: &WeightSource, talker: &DevTalker) -> Result<Self, CudaError> {
+        let w = CodePredictorW::load(cfg, &mut HostLoader(src))?;
+        let d = cfg.talker.code_predictor.dims();
+        let vocab = cfg.talker.code_predictor.vocab_size;
+        let th = cfg.talker.hidden_size;
+        let mut emb = Vec::with_capacity(15 * vocab * th);
+        for t in &w.codec_embeddings {
+            emb.extend(t.to_bf16_bits());
+        }
+        let embeddings = gpu.upload(&emb)?;
+        let projection = w.mtp_projection.as_ref().map(|p| linear(gpu, p)).transpose()?;
+        let (folded, folded_code0) = match &projection {
+            Some(p) => {
+                let ch = d.hidden;
+                let folded: DBuf<f32> = gpu.zeros(15 * vocab * ch)?;
+                // folded (ch × 15·vocab, column-major) = Wᵀ (op T of th × ch) · E (th × 15·vocab)
+                gpu.gemm(true, false, ch, 15 * vocab, th, p.w.ptr, th, embeddings.ptr, th, 0.0, folded.ptr, ch, GemmType::Bf16)?;
+                let code0: DBuf<f32> = gpu.zeros(vocab * ch)?;
+                gpu.gemm(true, false, ch, vocab, th, p.w.ptr, th, talker.codec_embedding.ptr, th, 0.0, code0.ptr, ch, GemmType::Bf16)?;
+                if let Some(b) = &p.bias {
+                    add_bias_rows(gpu, &folded, 15 * vocab, ch, b)?;
+                    add_bias_rows(gpu, &code0, vocab, ch, b)?;
+                }
+                (Some(folded), Some(code0))
+            }
+            None => (None, None),
+        };
+        Ok(Self {
+            stack: DevStack::new(gpu, d, &w.layers, &w.norm)?,
+            embeddings,
+            lm_heads: w.lm_heads.iter().map(|t| matrix(gpu, t)).collect::<Result<_, _>>()?,
+            projection,
+            folded,
+            folded_code0,
+            vocab,
+        })
+    }
+}
+
+/// `t[r][:] += b` for `rows` rows of width `n` (epilogue kernel in place).
+fn add_bias_rows(gpu: &Gpu, t: &DBuf<f32>, rows: usize, n: usize, b: &DBuf<f32>) -> Result<(), CudaError> {
+    use crate::device::Arg;
+    gpu.launch(
+        "linear_epilogue",
+        (rows as u32, 1, 1),
+        256,
+        &[
+            Arg::P(t.ptr),
+            Arg::I(n as i32),
+            Arg::P(b.ptr),
+            Arg::I(0),
+            Arg::P(0),
+            Arg::I(0),
+            Arg::P(t.ptr),
+            Arg::I(n as i32),
+            Arg::I(rows as i32),
+        ],
+    )
+}
