@@ -14,6 +14,7 @@ pub mod model;
 pub mod prompt;
 pub mod reference;
 pub mod sampling;
+pub mod text_stream;
 pub mod tokenizer;
 pub mod weights;
 

@@ -154,7 +154,6 @@ pub fn build_prompt(
         return Err(RequestError::EmptyText.into());
     }
     let voice = resolve_voice(cfg, req)?;
-    let talker = &cfg.talker;
 
     let input_ids = tokenizer.encode(&format!(
         "<|im_start|>assistant\n{}<|im_end|>\n<|im_start|>assistant\n",
@@ -167,54 +166,14 @@ pub fn build_prompt(
     let role = &input_ids[..3];
     let body = &input_ids[3..input_ids.len() - 5];
 
-    let instructions = req.instructions.as_deref().filter(|s| !s.is_empty());
-    let instruct_ids = match instructions {
-        Some(_) if cfg.drops_instructions() => {
-            tracing::warn!(
-                "this CustomVoice checkpoint ignores instructions (as the reference does for 0.6B)"
-            );
-            None
-        }
-        Some(ins) => Some(tokenizer.encode(&format!("<|im_start|>user\n{ins}<|im_end|>\n"))?),
-        None => None,
-    };
-
-    let text = |id: u32| PromptPosition {
-        text: Some(id),
-        codec: None,
-    };
+    let instruct_ids = instruction_ids(cfg, tokenizer, req)?;
+    let mut positions = head_positions(cfg, voice, instruct_ids.as_deref(), role);
+    let talker = &cfg.talker;
+    let (pad, eos) = (cfg.tts_pad_token_id, cfg.tts_eos_token_id);
     let both = |t: u32, c: u32| PromptPosition {
         text: Some(t),
         codec: Some(c),
     };
-    let (pad, bos, eos) = (
-        cfg.tts_pad_token_id,
-        cfg.tts_bos_token_id,
-        cfg.tts_eos_token_id,
-    );
-
-    let mut codec_prefix = match voice.language {
-        None => vec![
-            talker.codec_nothink_id,
-            talker.codec_think_bos_id,
-            talker.codec_think_eos_id,
-        ],
-        Some(lang) => vec![
-            talker.codec_think_id,
-            talker.codec_think_bos_id,
-            lang,
-            talker.codec_think_eos_id,
-        ],
-    };
-    codec_prefix.extend(voice.speaker);
-
-    let mut positions: Vec<PromptPosition> = Vec::new();
-    if let Some(ids) = &instruct_ids {
-        positions.extend(ids.iter().map(|&id| text(id)));
-    }
-    positions.extend(role.iter().map(|&id| text(id)));
-    positions.extend(codec_prefix.iter().map(|&c| both(pad, c)));
-    positions.push(both(bos, talker.codec_pad_id));
 
     let trailing_text = match req.text_mode {
         TextMode::Stream => {
@@ -234,5 +193,132 @@ pub fn build_prompt(
         body_len: body.len(),
         input_ids,
         instruct_ids,
+    })
+}
+
+/// The tokenized instructions of a request, when the model uses them.
+fn instruction_ids(
+    cfg: &ModelConfig,
+    tokenizer: &TextTokenizer,
+    req: &SpeechRequest,
+) -> Result<Option<Vec<u32>>, ModelError> {
+    let instructions = req.instructions.as_deref().filter(|s| !s.is_empty());
+    Ok(match instructions {
+        Some(_) if cfg.drops_instructions() => {
+            tracing::warn!(
+                "this CustomVoice checkpoint ignores instructions (as the reference does for 0.6B)"
+            );
+            None
+        }
+        Some(ins) => Some(tokenizer.encode(&format!("<|im_start|>user\n{ins}<|im_end|>\n"))?),
+        None => None,
+    })
+}
+
+/// Every prompt position before the body: instructions, role, the codec prefix (think /
+/// language / speaker, over `tts_pad`), then (`tts_bos`, `codec_pad`).
+fn head_positions(
+    cfg: &ModelConfig,
+    voice: VoiceIds,
+    instruct_ids: Option<&[u32]>,
+    role: &[u32],
+) -> Vec<PromptPosition> {
+    let talker = &cfg.talker;
+    let text = |id: u32| PromptPosition {
+        text: Some(id),
+        codec: None,
+    };
+    let both = |t: u32, c: u32| PromptPosition {
+        text: Some(t),
+        codec: Some(c),
+    };
+    let mut codec_prefix = match voice.language {
+        None => vec![
+            talker.codec_nothink_id,
+            talker.codec_think_bos_id,
+            talker.codec_think_eos_id,
+        ],
+        Some(lang) => vec![
+            talker.codec_think_id,
+            talker.codec_think_bos_id,
+            lang,
+            talker.codec_think_eos_id,
+        ],
+    };
+    codec_prefix.extend(voice.speaker);
+
+    let mut positions: Vec<PromptPosition> = Vec::new();
+    if let Some(ids) = instruct_ids {
+        positions.extend(ids.iter().map(|&id| text(id)));
+    }
+    positions.extend(role.iter().map(|&id| text(id)));
+    positions.extend(codec_prefix.iter().map(|&c| both(cfg.tts_pad_token_id, c)));
+    positions.push(both(cfg.tts_bos_token_id, talker.codec_pad_id));
+    positions
+}
+
+/// The text-independent head of a [`TextMode::Stream`] prompt, for text that arrives in
+/// pieces: everything [`build_prompt`] puts before the first body token. The first body
+/// token must be known before prefill ([`StreamingPrefix::with_first_token`]); the later
+/// ones, then `tts_eos`, are fed one per generated frame as they arrive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamingPrefix {
+    /// Instructions, role, codec prefix and (`tts_bos`, `codec_pad`).
+    pub positions: Vec<PromptPosition>,
+    /// `<|im_start|>assistant\n`, tokenized.
+    pub role_ids: Vec<u32>,
+    pub instruct_ids: Option<Vec<u32>>,
+    codec_bos: u32,
+}
+
+impl StreamingPrefix {
+    /// The prompt once the first body token is known: the head plus (`body[0]`,
+    /// `codec_bos`), as [`build_prompt`] lays out a [`TextMode::Stream`] prompt. Its
+    /// `trailing_text` is empty (the caller supplies the rest as it arrives), `input_ids`
+    /// holds the role and the first token, and `body_len` is 1.
+    pub fn with_first_token(&self, first: u32) -> Prompt {
+        let mut positions = self.positions.clone();
+        positions.push(PromptPosition {
+            text: Some(first),
+            codec: Some(self.codec_bos),
+        });
+        let mut input_ids = self.role_ids.clone();
+        input_ids.push(first);
+        Prompt {
+            positions,
+            trailing_text: Vec::new(),
+            input_ids,
+            instruct_ids: self.instruct_ids.clone(),
+            body_len: 1,
+        }
+    }
+}
+
+/// Builds the head of a text-streaming prompt for `req` (its voice, language and
+/// instructions; `req.text` and `req.text_mode` are not used). Together with the body
+/// tokens it equals [`build_prompt`] in [`TextMode::Stream`] for a text whose tokenization
+/// starts at a pre-tokenizer boundary (text not starting with a line break; see
+/// `text_stream`).
+pub fn build_streaming_prefix(
+    cfg: &ModelConfig,
+    tokenizer: &TextTokenizer,
+    req: &SpeechRequest,
+) -> Result<StreamingPrefix, ModelError> {
+    if cfg.tts_model_type == ModelKind::Base {
+        return Err(RequestError::Unsupported(
+            "voice cloning (Base checkpoints) needs reference audio, which is not supported yet"
+                .into(),
+        )
+        .into());
+    }
+    let voice = resolve_voice(cfg, req)?;
+    let role_ids = tokenizer.encode("<|im_start|>assistant\n")?;
+    let instruct_ids = instruction_ids(cfg, tokenizer, req)?;
+    let positions = head_positions(cfg, voice, instruct_ids.as_deref(), &role_ids);
+    Ok(StreamingPrefix {
+        positions,
+        role_ids,
+        instruct_ids,
+        codec_bos: cfg.talker.codec_bos_id,
     })
 }

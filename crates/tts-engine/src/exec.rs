@@ -1,0 +1,180 @@
+//! Running a plan: one backend call for the plan's stage and rows, then each row's result
+//! into its request's state. A failed call fails the request the error names, if it names
+//! one of the rows (the others are left as they were, to run again: backends check their
+//! rows before changing any state); otherwise it fails every row of the call. The engine
+//! itself goes on either way.
+
+use tts_model::{BackendError, CodecRow, PrefillRow, SlotId, StepRow};
+
+use crate::client::Client;
+use crate::core::Core;
+use crate::error::RequestFailure;
+use crate::metrics;
+use crate::request::RequestId;
+use crate::scheduler::{Plan, Stage};
+
+impl<C: Client> Core<C> {
+    /// Runs `plan`; returns the requests it failed.
+    pub(crate) fn execute(&mut self, plan: &Plan) -> Vec<RequestId> {
+        let idx: Vec<usize> = plan
+            .rows
+            .iter()
+            .filter_map(|id| self.requests.iter().position(|r| r.id == *id))
+            .collect();
+        let span = tracing::debug_span!("stage", stage = plan.stage.name(), rows = idx.len());
+        let _entered = span.enter();
+        let t0 = self.now();
+        let result = match plan.stage {
+            Stage::Prefill => self.run_prefill(&idx),
+            Stage::CodePredictor => self.run_code_predictor(&idx),
+            Stage::TalkerStep => self.run_talker_step(&idx),
+            Stage::Codec => self.run_codec(&idx),
+        };
+        let took = self.now().saturating_sub(t0);
+        metrics::stage(plan.stage, idx.len(), took);
+        tracing::trace!(stage = plan.stage.name(), rows = idx.len(), reason = ?plan.reason, took = ?took, "step");
+        match result {
+            Ok(()) => Vec::new(),
+            Err(e) => self.fail_rows(plan.stage, &idx, e),
+        }
+    }
+
+    fn run_prefill(&mut self, idx: &[usize]) -> Result<(), BackendError> {
+        let eos = self.info.codec_eos;
+        let Core {
+            backend, requests, ..
+        } = self;
+        let rows: Vec<PrefillRow<'_>> = idx
+            .iter()
+            .filter_map(|&i| {
+                let r = &requests[i];
+                Some(PrefillRow {
+                    slot: r.slot?,
+                    prompt: r.prompt()?,
+                })
+            })
+            .collect();
+        check_rows(rows.len(), idx.len())?;
+        let out = backend.prefill(&rows)?;
+        check_rows(out.len(), idx.len())?;
+        for (&i, code0) in idx.iter().zip(out) {
+            requests[i].on_prefill(code0, eos);
+        }
+        Ok(())
+    }
+
+    fn run_code_predictor(&mut self, idx: &[usize]) -> Result<(), BackendError> {
+        let slots = self.slots(idx)?;
+        let out = self.backend.predict_codes(&slots)?;
+        check_rows(out.len(), idx.len())?;
+        for (&i, frame) in idx.iter().zip(out) {
+            self.requests[i].on_frame(frame);
+        }
+        metrics::frames(idx.len());
+        Ok(())
+    }
+
+    fn run_talker_step(&mut self, idx: &[usize]) -> Result<(), BackendError> {
+        let (eos, pad) = (self.info.codec_eos, self.info.tts_pad_token_id);
+        let rows: Vec<StepRow> = idx
+            .iter()
+            .filter_map(|&i| {
+                let r = &self.requests[i];
+                Some(StepRow {
+                    slot: r.slot?,
+                    text_token: r.text_token(pad)?,
+                })
+            })
+            .collect();
+        check_rows(rows.len(), idx.len())?;
+        let out = self.backend.talker_step(&rows)?;
+        check_rows(out.len(), idx.len())?;
+        for (&i, code0) in idx.iter().zip(out) {
+            self.requests[i].on_step(code0, eos);
+        }
+        Ok(())
+    }
+
+    fn run_codec(&mut self, idx: &[usize]) -> Result<(), BackendError> {
+        let spf = self.info.samples_per_frame;
+        let Core {
+            backend, requests, ..
+        } = self;
+        let rows: Vec<CodecRow<'_>> = idx
+            .iter()
+            .filter_map(|&i| {
+                let r = &requests[i];
+                Some(CodecRow {
+                    slot: r.slot?,
+                    frames: r.undecoded(),
+                })
+            })
+            .collect();
+        check_rows(rows.len(), idx.len())?;
+        let counts: Vec<usize> = rows.iter().map(|r| r.frames.len()).collect();
+        let out = backend.codec_decode(&rows)?;
+        check_rows(out.len(), idx.len())?;
+        drop(rows);
+        let mut bad = Vec::new();
+        for ((&i, pcm), n) in idx.iter().zip(out).zip(counts) {
+            if pcm.len() == n * spf {
+                requests[i].on_decoded(n, &pcm);
+            } else {
+                // Other rows' audio is fine and already advanced their codec streams.
+                tracing::error!(request = %requests[i].id, samples = pcm.len(), frames = n,
+                    "codec returned the wrong number of samples");
+                bad.push(i);
+            }
+        }
+        for i in bad {
+            self.fail(i, RequestFailure::Backend);
+        }
+        Ok(())
+    }
+
+    fn slots(&self, idx: &[usize]) -> Result<Vec<SlotId>, BackendError> {
+        let slots: Vec<SlotId> = idx.iter().filter_map(|&i| self.requests[i].slot).collect();
+        check_rows(slots.len(), idx.len())?;
+        Ok(slots)
+    }
+
+    /// Fails the request a backend error names, or every row of the call.
+    fn fail_rows(&mut self, stage: Stage, idx: &[usize], error: BackendError) -> Vec<RequestId> {
+        let culprit = error_slot(&error).and_then(|slot| {
+            idx.iter()
+                .copied()
+                .find(|&i| self.requests[i].slot == Some(slot))
+        });
+        let targets: Vec<usize> = match culprit {
+            Some(i) => vec![i],
+            None => idx.to_vec(),
+        };
+        let ids: Vec<RequestId> = targets.iter().map(|&i| self.requests[i].id).collect();
+        tracing::error!(stage = stage.name(), error = %error, failed = ?ids, "backend call failed");
+        for i in targets {
+            self.fail(i, RequestFailure::Backend);
+        }
+        ids
+    }
+}
+
+/// The slot a backend error is about, if it names one.
+fn error_slot(error: &BackendError) -> Option<SlotId> {
+    match error {
+        BackendError::BadSlot(s) => Some(SlotId(*s)),
+        BackendError::SlotState { slot, .. } | BackendError::ContextFull { slot, .. } => {
+            Some(SlotId(*slot))
+        }
+        BackendError::NoFreeSlot { .. } | BackendError::Device(_) => None,
+    }
+}
+
+fn check_rows(got: usize, want: usize) -> Result<(), BackendError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(BackendError::Device(format!(
+            "{got} rows where {want} were expected"
+        )))
+    }
+}

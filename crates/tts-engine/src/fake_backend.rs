@@ -1,0 +1,308 @@
+//! The simulator's backend: computes nothing, returns deterministic codes and audio (a
+//! tone per request, `fake_sample`, silent for the first `silent_frames` frames), and
+//! advances a simulated clock by set stage costs on every call. It can also end a request
+//! by EOS after a set number of frames, and inject failures.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tts_model::{
+    Backend, BackendError, BackendInfo, CodecRow, Frame, PrefillRow, SamplingParams, SlotId,
+    StepRow,
+};
+
+use crate::clock::{Clock, SimClock};
+use crate::scheduler::Stage;
+
+/// Code 0 that ends an utterance on the fake backend (as the released models).
+pub const FAKE_EOS: u32 = 2150;
+/// Samples per frame of the fake backend (24 kHz, 80 ms).
+pub const FAKE_SAMPLES_PER_FRAME: usize = 1920;
+pub const FAKE_SAMPLE_RATE: u32 = 24_000;
+
+/// Simulated duration of each backend call: a fixed part plus a part per row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageCosts {
+    pub prefill_base: Duration,
+    pub prefill_per_row: Duration,
+    pub code_predictor_base: Duration,
+    pub code_predictor_per_row: Duration,
+    pub talker_base: Duration,
+    pub talker_per_row: Duration,
+    pub codec_base: Duration,
+    /// Per decoded frame.
+    pub codec_per_frame: Duration,
+}
+
+impl StageCosts {
+    /// A GPU-like profile: batches are nearly free, prefill grows a little per row.
+    pub fn gpu_like() -> Self {
+        let us = Duration::from_micros;
+        Self {
+            prefill_base: us(3_000),
+            prefill_per_row: us(100),
+            code_predictor_base: us(1_000),
+            code_predictor_per_row: Duration::ZERO,
+            talker_base: us(1_000),
+            talker_per_row: Duration::ZERO,
+            codec_base: us(500),
+            codec_per_frame: Duration::ZERO,
+        }
+    }
+
+    /// What a call of `stage` with `rows` rows (and `frames` frames in total, for the
+    /// codec) costs.
+    pub fn cost(&self, stage: Stage, rows: usize, frames: usize) -> Duration {
+        let n = rows as u32;
+        match stage {
+            Stage::Prefill => self.prefill_base + self.prefill_per_row * n,
+            Stage::CodePredictor => self.code_predictor_base + self.code_predictor_per_row * n,
+            Stage::TalkerStep => self.talker_base + self.talker_per_row * n,
+            Stage::Codec => self.codec_base + self.codec_per_frame * frames as u32,
+        }
+    }
+}
+
+/// A failure the fake backend injects: calls of `stage` that include the request seeded
+/// `seed` fail once it has generated `at_frame` frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub seed: u64,
+    pub stage: Stage,
+    pub at_frame: usize,
+    /// Name the slot in the error (fails that request) or not (fails the whole call).
+    pub attributed: bool,
+}
+
+/// Sample `n` of the fake audio of a request seeded `seed` (before any silence).
+pub fn fake_sample(seed: u64, n: usize) -> f32 {
+    let f = 0.01 + (seed % 7) as f32 * 0.003;
+    0.25 * (n as f32 * f).sin() + 0.05
+}
+
+#[derive(Debug, Clone)]
+struct FakeSlot {
+    seed: u64,
+    frames: usize,
+    code0: Option<u32>,
+    decoded: usize,
+}
+
+/// A backend that computes nothing: deterministic codes and audio, simulated costs.
+pub struct FakeBackend {
+    clock: SimClock,
+    costs: StageCosts,
+    info: BackendInfo,
+    slots: Vec<Option<FakeSlot>>,
+    faults: Vec<Fault>,
+    silent_frames: usize,
+    eos_after: HashMap<u64, usize>,
+    frees: Arc<Mutex<Vec<(Duration, SlotId)>>>,
+}
+
+impl FakeBackend {
+    pub fn new(clock: SimClock, costs: StageCosts, max_slots: usize) -> Self {
+        Self {
+            clock,
+            costs,
+            info: BackendInfo {
+                name: "fake".into(),
+                device: "sim".into(),
+                sample_rate: FAKE_SAMPLE_RATE,
+                samples_per_frame: FAKE_SAMPLES_PER_FRAME,
+                codec_eos: FAKE_EOS,
+                tts_pad_token_id: 151_671,
+                max_slots,
+                max_positions: 32_768,
+            },
+            slots: vec![None; max_slots],
+            faults: Vec::new(),
+            silent_frames: 0,
+            eos_after: HashMap::new(),
+            frees: Arc::default(),
+        }
+    }
+
+    pub fn with_faults(mut self, faults: Vec<Fault>) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The first `n` frames of every reply decode to silence.
+    pub fn with_silent_frames(mut self, n: usize) -> Self {
+        self.silent_frames = n;
+        self
+    }
+
+    /// The request seeded `seed` ends by EOS after `frames` frames.
+    pub fn with_eos_after(mut self, seed: u64, frames: usize) -> Self {
+        self.eos_after.insert(seed, frames);
+        self
+    }
+
+    /// Log of `free_slot` calls: (simulated time, slot).
+    pub fn frees(&self) -> Arc<Mutex<Vec<(Duration, SlotId)>>> {
+        self.frees.clone()
+    }
+
+    fn slot(&mut self, id: SlotId) -> Result<&mut FakeSlot, BackendError> {
+        self.slots
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(BackendError::BadSlot(id.0))
+    }
+
+    /// Spends the call's time, then fails it if a fault matches one of its rows.
+    fn run(&mut self, stage: Stage, slots: &[SlotId], frames: usize) -> Result<(), BackendError> {
+        self.clock
+            .advance(self.costs.cost(stage, slots.len(), frames));
+        for &id in slots {
+            let s = self.slot(id)?;
+            let (seed, at) = (s.seed, s.frames);
+            let hit = self
+                .faults
+                .iter()
+                .find(|f| f.seed == seed && f.stage == stage && at >= f.at_frame);
+            if let Some(f) = hit {
+                return Err(if f.attributed {
+                    BackendError::SlotState {
+                        slot: id.0,
+                        message: "injected fault".into(),
+                    }
+                } else {
+                    BackendError::Device("injected device fault".into())
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn next_code0(&self, seed: u64, frame: usize) -> u32 {
+        if self.eos_after.get(&seed) == Some(&frame) {
+            FAKE_EOS
+        } else {
+            (mix(seed, frame as u64, 0) % 2048) as u32
+        }
+    }
+}
+
+fn mix(a: u64, b: u64, c: u64) -> u64 {
+    let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ c.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^ (x >> 29)
+}
+
+impl Backend for FakeBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn alloc_slot(&mut self, params: &SamplingParams) -> Result<SlotId, BackendError> {
+        let free = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(BackendError::NoFreeSlot {
+                capacity: self.slots.len(),
+            })?;
+        self.slots[free] = Some(FakeSlot {
+            seed: params.seed,
+            frames: 0,
+            code0: None,
+            decoded: 0,
+        });
+        Ok(SlotId(free as u32))
+    }
+
+    fn free_slot(&mut self, slot: SlotId) {
+        if let Some(s) = self.slots.get_mut(slot.0 as usize) {
+            if s.take().is_some() {
+                if let Ok(mut log) = self.frees.lock() {
+                    log.push((self.clock.now(), slot));
+                }
+            }
+        }
+    }
+
+    fn prefill(&mut self, rows: &[PrefillRow<'_>]) -> Result<Vec<u32>, BackendError> {
+        let slots: Vec<SlotId> = rows.iter().map(|r| r.slot).collect();
+        self.run(Stage::Prefill, &slots, 0)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for &id in &slots {
+            let seed = self.slot(id)?.seed;
+            let c = self.next_code0(seed, 0);
+            self.slot(id)?.code0 = Some(c);
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    fn predict_codes(&mut self, slots: &[SlotId]) -> Result<Vec<Frame>, BackendError> {
+        self.run(Stage::CodePredictor, slots, 0)?;
+        let mut out = Vec::with_capacity(slots.len());
+        for &id in slots {
+            let s = self.slot(id)?;
+            let code0 = match s.code0.take() {
+                Some(c) if c != FAKE_EOS => c,
+                _ => {
+                    return Err(BackendError::SlotState {
+                        slot: id.0,
+                        message: "no pending code 0".into(),
+                    })
+                }
+            };
+            let mut frame = [0u32; 16];
+            frame[0] = code0;
+            for (j, c) in frame.iter_mut().enumerate().skip(1) {
+                *c = (mix(s.seed, s.frames as u64, j as u64) % 2048) as u32;
+            }
+            s.frames += 1;
+            out.push(frame);
+        }
+        Ok(out)
+    }
+
+    fn talker_step(&mut self, rows: &[StepRow]) -> Result<Vec<u32>, BackendError> {
+        let slots: Vec<SlotId> = rows.iter().map(|r| r.slot).collect();
+        self.run(Stage::TalkerStep, &slots, 0)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for &id in &slots {
+            let (seed, frames) = {
+                let s = self.slot(id)?;
+                (s.seed, s.frames)
+            };
+            let c = self.next_code0(seed, frames);
+            self.slot(id)?.code0 = Some(c);
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    fn codec_decode(&mut self, rows: &[CodecRow<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let slots: Vec<SlotId> = rows.iter().map(|r| r.slot).collect();
+        let frames: usize = rows.iter().map(|r| r.frames.len()).sum();
+        self.run(Stage::Codec, &slots, frames)?;
+        let (spf, silent) = (self.info.samples_per_frame, self.silent_frames);
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let s = self.slot(r.slot)?;
+            let start = s.decoded * spf;
+            s.decoded += r.frames.len();
+            let seed = s.seed;
+            out.push(
+                (start..start + r.frames.len() * spf)
+                    .map(|n| {
+                        if n < silent * spf {
+                            0.0
+                        } else {
+                            fake_sample(seed, n)
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        Ok(out)
+    }
+}

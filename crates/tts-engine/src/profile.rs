@@ -1,0 +1,179 @@
+//! Scheduling profiles: the knobs of the scheduler's policy and the chunk schedule, under
+//! a name (`latency`, `balanced`, `throughput`) an operator can pick.
+
+use std::time::Duration;
+
+use crate::chunker::ChunkSchedule;
+use crate::error::ConfigError;
+
+/// How far a stage's batch is filled with rows that are ready but not urgent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Only the rows the policy chose.
+    None,
+    /// Up to the smallest bucket that holds the chosen rows: a graph backend pads to that
+    /// bucket anyway, so the extra rows cost almost nothing there.
+    Bucket,
+    /// Up to the largest bucket (most work per call; chosen rows may wait a little longer).
+    Max,
+}
+
+/// The scheduler's policy (see `scheduler`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Codec work for a stream whose client buffer runs dry within this time is urgent.
+    pub reserve: Duration,
+    /// A stream whose buffer runs dry within this time goes ahead of round robin.
+    pub lead: Duration,
+    /// Batch sizes the backend runs well (CUDA graph buckets), ascending.
+    pub buckets: Vec<usize>,
+    /// Most prompts in one prefill call (prefill cost grows with each row's prompt).
+    pub prefill_max_rows: usize,
+    pub fill: Fill,
+}
+
+impl Policy {
+    /// Most rows in one call of any stage.
+    pub fn max_rows(&self) -> usize {
+        self.buckets.last().copied().unwrap_or(1)
+    }
+
+    /// Most rows in one call of `stage`.
+    pub fn stage_max_rows(&self, stage: crate::scheduler::Stage) -> usize {
+        match stage {
+            crate::scheduler::Stage::Prefill => self.prefill_max_rows.min(self.max_rows()),
+            _ => self.max_rows(),
+        }
+    }
+
+    /// The smallest bucket holding `rows` rows (the largest when none does).
+    pub fn bucket_for(&self, rows: usize) -> usize {
+        self.buckets
+            .iter()
+            .copied()
+            .find(|&b| b >= rows)
+            .unwrap_or_else(|| self.max_rows())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let ascending = self.buckets.windows(2).all(|w| w[0] < w[1]);
+        if self.buckets.is_empty() || self.buckets[0] == 0 || !ascending {
+            return Err(ConfigError::Invalid(format!(
+                "batch buckets {:?}: need ascending sizes of at least 1",
+                self.buckets
+            )));
+        }
+        if self.prefill_max_rows == 0 {
+            return Err(ConfigError::Invalid("prefill_max_rows must be >= 1".into()));
+        }
+        if self.reserve > self.lead {
+            return Err(ConfigError::Invalid(format!(
+                "reserve {:?} exceeds lead {:?}",
+                self.reserve, self.lead
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The graph buckets of the CUDA backend.
+pub const DEFAULT_BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// A named policy plus chunk schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub name: String,
+    pub policy: Policy,
+    pub chunks: ChunkSchedule,
+}
+
+impl Profile {
+    /// Smallest chunks, generous urgency margins: the lowest time to first audio.
+    pub fn latency() -> Self {
+        Self::build("latency", &[1, 2, 4, 8], 80, 400, 8, Fill::Bucket)
+    }
+
+    /// The default: a one-frame first chunk growing to 12 frames.
+    pub fn balanced() -> Self {
+        Self::build("balanced", &[1, 2, 4, 8, 12], 60, 300, 16, Fill::Bucket)
+    }
+
+    /// Larger chunks and full batches: the most audio per GPU second.
+    pub fn throughput() -> Self {
+        Self::build("throughput", &[2, 4, 8, 12, 16], 60, 240, 32, Fill::Max)
+    }
+
+    /// A profile by name.
+    pub fn named(name: &str) -> Result<Self, ConfigError> {
+        match name.to_ascii_lowercase().as_str() {
+            "latency" => Ok(Self::latency()),
+            "balanced" => Ok(Self::balanced()),
+            "throughput" => Ok(Self::throughput()),
+            other => Err(ConfigError::Invalid(format!(
+                "unknown profile `{other}` (use latency, balanced or throughput)"
+            ))),
+        }
+    }
+
+    fn build(
+        name: &str,
+        chunks: &[usize],
+        reserve_ms: u64,
+        lead_ms: u64,
+        prefill_max_rows: usize,
+        fill: Fill,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            policy: Policy {
+                reserve: Duration::from_millis(reserve_ms),
+                lead: Duration::from_millis(lead_ms),
+                buckets: DEFAULT_BUCKETS.to_vec(),
+                prefill_max_rows,
+                fill,
+            },
+            chunks: ChunkSchedule::clamped(chunks),
+        }
+    }
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Self::balanced()
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        Self::named(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_profiles_are_valid() {
+        for name in ["latency", "balanced", "throughput"] {
+            let p: Profile = name.parse().unwrap();
+            assert_eq!(p.name, name);
+            p.policy.validate().unwrap();
+            assert!(
+                p.chunks.frames(0) <= 2,
+                "first chunk of {name} is 1-2 frames"
+            );
+        }
+        assert!("fast".parse::<Profile>().is_err());
+    }
+
+    #[test]
+    fn buckets_round_up() {
+        let p = Profile::balanced().policy;
+        assert_eq!(p.bucket_for(1), 1);
+        assert_eq!(p.bucket_for(3), 4);
+        assert_eq!(p.bucket_for(64), 64);
+        assert_eq!(p.bucket_for(100), 64);
+    }
+}

@@ -1,0 +1,379 @@
+//! The scheduler: a pure function from what each request is ready for, the clock and the
+//! policy to the next plan (one stage and its rows). No I/O, no backend, no clock reads:
+//! the engine loop and the simulator call it the same way.
+//!
+//! The policy (DESIGN.md, "Scheduling rules"), first match wins:
+//! 1. **Urgent codec**: streams whose client buffer runs dry within `reserve` and that
+//!    have frames not yet decoded: decode them now, even a partial chunk.
+//! 2. **First audio**: requests that have not sent audio yet, in the order codec, prefill,
+//!    code predictor, talker step (the stage nearest to audio first), oldest first.
+//! 3. **Lead**: streams whose buffer runs dry within `lead`, earliest deadline first; the
+//!    most urgent one picks the stage.
+//! 4. **Round robin**: the request served longest ago picks the stage; every request ready
+//!    for it joins the batch.
+//!
+//! In 1-3 the chosen rows may be topped up with other rows ready for the same stage, as
+//! far as [`Fill`] allows (codec top-ups only with chunks no longer than the longest
+//! chosen one); batches never exceed the largest bucket.
+
+use std::time::Duration;
+
+use crate::profile::{Fill, Policy};
+use crate::request::RequestId;
+
+/// A schedulable stage of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    Prefill,
+    CodePredictor,
+    TalkerStep,
+    Codec,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 4] = [
+        Stage::Prefill,
+        Stage::CodePredictor,
+        Stage::TalkerStep,
+        Stage::Codec,
+    ];
+
+    /// Lower-case name (metrics labels, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Prefill => "prefill",
+            Stage::CodePredictor => "code_predictor",
+            Stage::TalkerStep => "talker_step",
+            Stage::Codec => "codec",
+        }
+    }
+}
+
+/// What a request could run next. Several stages can be ready at once (a frame can be
+/// decoded while the talker computes the next one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ready {
+    pub prefill: bool,
+    pub code_predictor: bool,
+    pub talker_step: bool,
+    /// Frames generated but not yet decoded.
+    pub codec_frames: usize,
+    /// Whether those frames make the request's next chunk (or its last).
+    pub codec_chunk: bool,
+}
+
+impl Ready {
+    /// Whether the request would take part in a call of `stage` (codec: a full chunk).
+    pub fn has(&self, stage: Stage) -> bool {
+        match stage {
+            Stage::Prefill => self.prefill,
+            Stage::CodePredictor => self.code_predictor,
+            Stage::TalkerStep => self.talker_step,
+            Stage::Codec => self.codec_chunk,
+        }
+    }
+
+    /// The stage that brings this request's audio nearest, among those it is ready for.
+    pub fn preferred(&self) -> Option<Stage> {
+        [
+            Stage::Codec,
+            Stage::Prefill,
+            Stage::CodePredictor,
+            Stage::TalkerStep,
+        ]
+        .into_iter()
+        .find(|&s| self.has(s))
+    }
+}
+
+/// The scheduler's view of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestView {
+    pub id: RequestId,
+    /// Admission order (smaller = earlier).
+    pub order: u64,
+    pub ready: Ready,
+    /// Whether the request has sent audio to its client.
+    pub first_audio: bool,
+    /// When the client's buffer runs dry under immediate playback, while more audio is
+    /// still to come.
+    pub deadline: Option<Duration>,
+    /// Engine step that last ran this request (0 = never).
+    pub last_served: u64,
+}
+
+/// Why a plan was chosen (logs, metrics, tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Urgent,
+    FirstAudio,
+    Lead,
+    RoundRobin,
+}
+
+/// One backend call: a stage and its rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub stage: Stage,
+    pub rows: Vec<RequestId>,
+    pub reason: Reason,
+}
+
+/// The next plan, or `None` when no request can run anything.
+pub fn plan(views: &[RequestView], now: Duration, policy: &Policy) -> Option<Plan> {
+    // 1. Urgent codec work: partial chunks count, a short chunk beats a gap.
+    let mut urgent: Vec<&RequestView> = views
+        .iter()
+        .filter(|v| v.first_audio && v.ready.codec_frames > 0)
+        .filter(|v| v.deadline.is_some_and(|d| d <= now + policy.reserve))
+        .collect();
+    if !urgent.is_empty() {
+        urgent.sort_by_key(|v| (v.deadline, v.order));
+        return Some(finish(Stage::Codec, urgent, views, policy, Reason::Urgent));
+    }
+
+    // 2. Everything that leads to a request's first audio, nearest stage first.
+    let mut fresh: Vec<&RequestView> = views.iter().filter(|v| !v.first_audio).collect();
+    fresh.sort_by_key(|v| v.order);
+    for stage in [
+        Stage::Codec,
+        Stage::Prefill,
+        Stage::CodePredictor,
+        Stage::TalkerStep,
+    ] {
+        let rows: Vec<&RequestView> = fresh
+            .iter()
+            .copied()
+            .filter(|v| v.ready.has(stage))
+            .collect();
+        if !rows.is_empty() {
+            return Some(finish(stage, rows, views, policy, Reason::FirstAudio));
+        }
+    }
+
+    // 3. Streams getting short, earliest deadline first.
+    let mut soon: Vec<&RequestView> = views
+        .iter()
+        .filter(|v| v.ready.preferred().is_some())
+        .filter(|v| v.deadline.is_some_and(|d| d <= now + policy.lead))
+        .collect();
+    soon.sort_by_key(|v| (v.deadline, v.order));
+    if let Some(stage) = soon.first().and_then(|v| v.ready.preferred()) {
+        let rows = soon.into_iter().filter(|v| v.ready.has(stage)).collect();
+        return Some(finish(stage, rows, views, policy, Reason::Lead));
+    }
+
+    // 4. Round robin: the request served longest ago picks the stage, everyone ready joins.
+    let next = views
+        .iter()
+        .filter(|v| v.ready.preferred().is_some())
+        .min_by_key(|v| (v.last_served, v.order))?;
+    let stage = next.ready.preferred()?;
+    let mut rows: Vec<&RequestView> = views.iter().filter(|v| v.ready.has(stage)).collect();
+    rows.sort_by_key(|v| (v.last_served, v.order));
+    rows.truncate(policy.stage_max_rows(stage));
+    Some(Plan {
+        stage,
+        rows: rows.iter().map(|v| v.id).collect(),
+        reason: Reason::RoundRobin,
+    })
+}
+
+/// Caps the chosen rows at the stage's limit and tops them up as the fill rule allows,
+/// with other rows ready for the stage (earliest deadline, then longest unserved).
+fn finish<'a>(
+    stage: Stage,
+    mut chosen: Vec<&'a RequestView>,
+    views: &'a [RequestView],
+    policy: &Policy,
+    reason: Reason,
+) -> Plan {
+    let max = policy.stage_max_rows(stage);
+    chosen.truncate(max);
+    let target = match policy.fill {
+        Fill::None => chosen.len(),
+        Fill::Bucket => policy.bucket_for(chosen.len()).min(max),
+        Fill::Max => max,
+    };
+    if chosen.len() < target {
+        // A codec call lasts as long as its longest row: top-up rows must not lengthen it.
+        let longest = chosen
+            .iter()
+            .map(|v| v.ready.codec_frames)
+            .max()
+            .unwrap_or(0);
+        let mut extra: Vec<&'a RequestView> = views
+            .iter()
+            .filter(|v| v.ready.has(stage) && !chosen.iter().any(|c| c.id == v.id))
+            .filter(|v| stage != Stage::Codec || v.ready.codec_frames <= longest)
+            .collect();
+        extra.sort_by_key(|v| (v.deadline.is_none(), v.deadline, v.last_served, v.order));
+        chosen.extend(extra.into_iter().take(target - chosen.len()));
+    }
+    Plan {
+        stage,
+        rows: chosen.iter().map(|v| v.id).collect(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Profile;
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    fn view(id: u64, ready: Ready, first_audio: bool, deadline: Option<u64>) -> RequestView {
+        RequestView {
+            id: RequestId(id),
+            order: id,
+            ready,
+            first_audio,
+            deadline: deadline.map(ms),
+            last_served: 0,
+        }
+    }
+
+    const CODES: Ready = Ready {
+        prefill: false,
+        code_predictor: true,
+        talker_step: false,
+        codec_frames: 0,
+        codec_chunk: false,
+    };
+    const STEP: Ready = Ready {
+        talker_step: true,
+        code_predictor: false,
+        ..CODES
+    };
+    const PREFILL: Ready = Ready {
+        prefill: true,
+        code_predictor: false,
+        ..CODES
+    };
+
+    fn ids(p: &Plan) -> Vec<u64> {
+        p.rows.iter().map(|r| r.0).collect()
+    }
+
+    #[test]
+    fn nothing_ready_means_no_plan() {
+        let policy = Profile::balanced().policy;
+        assert_eq!(plan(&[], ms(0), &policy), None);
+        let idle = view(1, Ready::default(), true, Some(500));
+        assert_eq!(plan(&[idle], ms(0), &policy), None);
+    }
+
+    #[test]
+    fn urgent_codec_beats_a_new_request() {
+        let policy = Profile::balanced().policy;
+        let partial = Ready {
+            codec_frames: 1,
+            ..STEP
+        };
+        let views = [
+            view(1, partial, true, Some(1_030)),
+            view(2, PREFILL, false, None),
+        ];
+        let p = plan(&views, ms(1_000), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason, ids(&p)),
+            (Stage::Codec, Reason::Urgent, vec![1])
+        );
+        // With time to spare the new request goes first.
+        let p = plan(&views, ms(500), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::Prefill, vec![2]));
+    }
+
+    #[test]
+    fn first_audio_work_runs_nearest_stage_first_and_fills_the_bucket() {
+        let policy = Profile::balanced().policy;
+        let mut views = vec![
+            view(1, CODES, true, Some(10_000)),
+            view(2, CODES, true, Some(9_000)),
+            view(3, CODES, false, None),
+            view(4, CODES, false, None),
+            view(5, CODES, false, None),
+            view(6, PREFILL, false, None),
+        ];
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::Prefill, vec![6]));
+        views.pop();
+        // Three new requests choose the code predictor; their bucket of 4 takes the
+        // established stream with the earliest deadline too.
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason),
+            (Stage::CodePredictor, Reason::FirstAudio)
+        );
+        assert_eq!(ids(&p), vec![3, 4, 5, 2]);
+        let no_fill = Policy {
+            fill: Fill::None,
+            ..policy
+        };
+        assert_eq!(ids(&plan(&views, ms(0), &no_fill).unwrap()), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn codec_top_ups_do_not_lengthen_the_call() {
+        let policy = Policy {
+            fill: Fill::Max,
+            ..Profile::balanced().policy
+        };
+        let chunk = |frames| Ready {
+            codec_frames: frames,
+            codec_chunk: true,
+            ..Ready::default()
+        };
+        let views = [
+            view(1, chunk(2), false, None),
+            view(2, chunk(12), true, Some(9_000)),
+            view(3, chunk(2), true, Some(9_000)),
+            view(4, chunk(1), true, Some(9_500)),
+        ];
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::Codec, vec![1, 3, 4]));
+    }
+
+    #[test]
+    fn short_streams_go_before_round_robin() {
+        let policy = Profile::balanced().policy;
+        let mut a = view(1, CODES, true, Some(5_000));
+        a.last_served = 1;
+        let b = view(2, STEP, true, Some(1_200));
+        let p = plan(&[a.clone(), b.clone()], ms(1_000), &policy).unwrap();
+        assert_eq!((p.stage, p.reason), (Stage::TalkerStep, Reason::Lead));
+        // Far from any deadline: the request served longest ago picks the stage.
+        let mut b2 = b;
+        b2.deadline = Some(ms(9_000));
+        b2.last_served = 5;
+        let p = plan(&[a, b2], ms(1_000), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason, ids(&p)),
+            (Stage::CodePredictor, Reason::RoundRobin, vec![1])
+        );
+    }
+
+    #[test]
+    fn round_robin_batches_everyone_ready_up_to_the_largest_bucket() {
+        let mut policy = Profile::balanced().policy;
+        policy.buckets = vec![1, 2, 4];
+        let views: Vec<RequestView> = (1..=6)
+            .map(|i| view(i, CODES, true, Some(60_000)))
+            .collect();
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!(ids(&p), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn prefill_batches_are_capped_separately() {
+        let mut policy = Profile::balanced().policy;
+        policy.prefill_max_rows = 2;
+        let views: Vec<RequestView> = (1..=5).map(|i| view(i, PREFILL, false, None)).collect();
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!(ids(&p), vec![1, 2]);
+    }
+}

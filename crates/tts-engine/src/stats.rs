@@ -1,0 +1,296 @@
+//! Load statistics: percentiles, what a client observed per request (time to first
+//! audio and to the first audible sample, playback gaps), and the report a load run
+//! prints. Shared by the real-engine load generator and the simulator.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::onset::{OnsetDetector, OnsetRule};
+use crate::playback::Playback;
+use crate::request::Event;
+
+/// Percentiles of a set of durations (nearest rank).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub count: usize,
+    pub p50: Duration,
+    pub p95: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+    pub mean: Duration,
+}
+
+impl Summary {
+    pub fn of(values: &[Duration]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort();
+        let total: Duration = v.iter().sum();
+        Some(Self {
+            count: v.len(),
+            p50: percentile(&v, 0.50),
+            p95: percentile(&v, 0.95),
+            p99: percentile(&v, 0.99),
+            max: v[v.len() - 1],
+            mean: total / v.len() as u32,
+        })
+    }
+}
+
+/// The `q` quantile of sorted values by nearest rank.
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "p50 {:7.1} ms  p95 {:7.1} ms  p99 {:7.1} ms  max {:7.1} ms  (n={})",
+            ms(self.p50),
+            ms(self.p95),
+            ms(self.p99),
+            ms(self.max),
+            self.count
+        )
+    }
+}
+
+/// How a request ended, as its client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    Failed,
+    /// Refused at submission (queue full).
+    Rejected,
+    /// Still running when the run ended.
+    Unfinished,
+}
+
+/// What one client observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub chars: usize,
+    pub outcome: Outcome,
+    /// Engine-measured submission to first audio.
+    pub server_ttfa: Option<Duration>,
+    /// Submission to the first audio chunk received.
+    pub first_chunk: Option<Duration>,
+    /// Submission to the first audible sample playing (immediate playback, onset rule).
+    pub audible: Option<Duration>,
+    /// Submission to the last event.
+    pub end_to_end: Option<Duration>,
+    pub underruns: u32,
+    pub gaps: Duration,
+    pub audio: Duration,
+}
+
+/// Follows one request's events on the client side.
+#[derive(Debug, Clone)]
+pub struct ClientTrace {
+    submitted: Duration,
+    sample_rate: u32,
+    playback: Playback,
+    onset: OnsetDetector,
+    received: usize,
+    /// (first sample index, when it plays) of every chunk.
+    chunk_starts: Vec<(usize, Duration)>,
+    record: RequestRecord,
+}
+
+impl ClientTrace {
+    pub fn new(submitted: Duration, sample_rate: u32, chars: usize) -> Self {
+        Self {
+            submitted,
+            sample_rate,
+            playback: Playback::new(),
+            onset: OnsetDetector::new(OnsetRule::default(), sample_rate),
+            received: 0,
+            chunk_starts: Vec::new(),
+            record: RequestRecord {
+                chars,
+                outcome: Outcome::Unfinished,
+                server_ttfa: None,
+                first_chunk: None,
+                audible: None,
+                end_to_end: None,
+                underruns: 0,
+                gaps: Duration::ZERO,
+                audio: Duration::ZERO,
+            },
+        }
+    }
+
+    /// A request refused at submission.
+    pub fn rejected(chars: usize) -> RequestRecord {
+        let mut t = Self::new(Duration::ZERO, 1, chars);
+        t.record.outcome = Outcome::Rejected;
+        t.record
+    }
+
+    /// An event received at `at` (same clock as `submitted`).
+    pub fn on_event(&mut self, at: Duration, event: &Event) {
+        let since = at.saturating_sub(self.submitted);
+        match event {
+            Event::Started(_) => {}
+            Event::Audio(pcm) => {
+                let plays_at = self.playback.runs_dry_at().map_or(at, |d| d.max(at));
+                let audio = Duration::from_secs_f64(pcm.len() as f64 / self.sample_rate as f64);
+                self.playback.push(at, audio);
+                self.record.first_chunk.get_or_insert(since);
+                self.chunk_starts.push((self.received, plays_at));
+                self.received += pcm.len();
+                if let Some(onset) = self.onset.push(pcm) {
+                    self.record.audible = self
+                        .play_time(onset)
+                        .map(|t| t.saturating_sub(self.submitted));
+                }
+            }
+            Event::Done(usage) => {
+                self.record.outcome = Outcome::Done;
+                self.record.server_ttfa = usage.time_to_first_audio;
+                self.record.end_to_end = Some(since);
+            }
+            Event::Failed(_) => {
+                self.record.outcome = Outcome::Failed;
+                self.record.end_to_end = Some(since);
+            }
+        }
+    }
+
+    /// When sample `index` plays.
+    fn play_time(&self, index: usize) -> Option<Duration> {
+        let &(first, start) = self.chunk_starts.iter().rev().find(|(i, _)| *i <= index)?;
+        Some(start + Duration::from_secs_f64((index - first) as f64 / self.sample_rate as f64))
+    }
+
+    pub fn finish(mut self) -> RequestRecord {
+        self.record.underruns = self.playback.underruns();
+        self.record.gaps = self.playback.gaps();
+        self.record.audio = self.playback.audio();
+        self.record
+    }
+}
+
+/// One duration of a request record, when it has it.
+type Metric = fn(&RequestRecord) -> Option<Duration>;
+
+/// The result of a load run.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    pub title: String,
+    /// From the first arrival to the last completion.
+    pub wall: Duration,
+    pub records: Vec<RequestRecord>,
+}
+
+impl fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = |o: Outcome| self.records.iter().filter(|r| r.outcome == o).count();
+        let done: Vec<&RequestRecord> = self
+            .records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Done)
+            .collect();
+        let pick = |g: Metric| -> Vec<Duration> { done.iter().filter_map(|r| g(r)).collect() };
+        writeln!(f, "{}", self.title)?;
+        writeln!(
+            f,
+            "requests: {} done, {} failed, {} rejected, {} unfinished; wall {:.2} s",
+            done.len(),
+            count(Outcome::Failed),
+            count(Outcome::Rejected),
+            count(Outcome::Unfinished),
+            self.wall.as_secs_f64()
+        )?;
+        let lines: [(&str, Metric); 4] = [
+            ("TTFA (server)     ", |r| r.server_ttfa),
+            ("TTFA (first chunk)", |r| r.first_chunk),
+            ("TTFA (audible)    ", |r| r.audible),
+            ("end to end        ", |r| r.end_to_end),
+        ];
+        for (name, g) in lines {
+            match Summary::of(&pick(g)) {
+                Some(s) => writeln!(f, "{name}  {s}")?,
+                None => writeln!(f, "{name}  -")?,
+            }
+        }
+        let underruns: u32 = done.iter().map(|r| r.underruns).sum();
+        let with_gaps = done.iter().filter(|r| r.underruns > 0).count();
+        let gaps: Duration = done.iter().map(|r| r.gaps).sum();
+        writeln!(
+            f,
+            "underruns: {underruns} gaps in {with_gaps} of {} streams, {:.1} ms in total",
+            done.len(),
+            gaps.as_secs_f64() * 1e3
+        )?;
+        let wall = self.wall.as_secs_f64().max(1e-9);
+        let chars: usize = done.iter().map(|r| r.chars).sum();
+        let audio: f64 = done.iter().map(|r| r.audio.as_secs_f64()).sum();
+        write!(
+            f,
+            "throughput: {:.1} chars/s, {:.2} s of audio per second ({:.1} s of audio)",
+            chars as f64 / wall,
+            audio / wall,
+            audio
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{EndReason, Usage};
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(ms).collect();
+        let s = Summary::of(&v).unwrap();
+        assert_eq!(
+            (s.p50, s.p95, s.p99, s.max),
+            (ms(50), ms(95), ms(99), ms(100))
+        );
+        assert_eq!(Summary::of(&[]), None);
+        assert_eq!(Summary::of(&[ms(7)]).unwrap().p99, ms(7));
+    }
+
+    #[test]
+    fn audible_time_follows_the_onset_in_played_audio() {
+        let sr = 24_000;
+        let mut t = ClientTrace::new(ms(1000), sr, 10);
+        // 40 ms of silence then tone, in one chunk arriving at 1100 ms.
+        let mut pcm = vec![0.0f32; 960];
+        pcm.extend((0..3840).map(|i| 0.3 * (i as f32 * 0.05).sin()));
+        t.on_event(ms(1100), &Event::Audio(pcm));
+        t.on_event(
+            ms(1400),
+            &Event::Done(Usage {
+                frames: 3,
+                text_tokens: 2,
+                audio_seconds: 0.2,
+                trimmed_seconds: 0.0,
+                end: EndReason::FrameLimit,
+                queue_wait: Duration::ZERO,
+                time_to_first_audio: Some(ms(95)),
+                underruns: 0,
+            }),
+        );
+        let r = t.finish();
+        assert_eq!(r.first_chunk, Some(ms(100)));
+        // Window 3 (30..50 ms) is the first loud one: audible at 100 + 30 ms.
+        assert_eq!(r.audible, Some(ms(130)));
+        assert_eq!(r.server_ttfa, Some(ms(95)));
+        assert_eq!(r.outcome, Outcome::Done);
+    }
+}

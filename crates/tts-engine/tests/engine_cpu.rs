@@ -1,0 +1,474 @@
+//! The engine on the CPU reference backend with the `demo` model: streamed audio is
+//! sample-identical to `synthesize` (then the same trimming) for the same seed, whatever
+//! the batch composition, chunking, text mode or text streaming; plus cancellation,
+//! backpressure, admission and shutdown behaviour.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use tts_engine::trim::trim_whole;
+use tts_engine::{
+    EngineConfig, EngineHandle, Event, Profile, RequestFailure, RequestHandle, SubmitError,
+    SynthesisRequest, Usage,
+};
+use tts_model::generate::{random_model_frames, synthesize};
+use tts_model::reference::CpuBackend;
+use tts_model::{LoadOptions, Model, RequestError, SpeechRequest, TextMode};
+
+fn demo() -> Arc<Model> {
+    Arc::new(Model::load("demo", LoadOptions::default()).unwrap())
+}
+
+fn start(model: &Arc<Model>, slots: usize, config: EngineConfig) -> EngineHandle {
+    let backend = Box::new(CpuBackend::new(model, slots).unwrap());
+    let engine = EngineHandle::start(model.clone(), backend, config).unwrap();
+    assert_eq!(engine.wait_ready(Duration::from_secs(60)), Ok(true));
+    engine
+}
+
+fn speech(text: &str, voice: &str, mode: TextMode) -> SpeechRequest {
+    SpeechRequest {
+        text: text.into(),
+        voice: Some(voice.into()),
+        language: "english".into(),
+        instructions: None,
+        text_mode: mode,
+    }
+}
+
+fn request(
+    model: &Model,
+    speech: SpeechRequest,
+    seed: u64,
+    max_frames: Option<usize>,
+) -> SynthesisRequest {
+    SynthesisRequest {
+        speech,
+        sampling: model.default_sampling(seed),
+        max_frames,
+    }
+}
+
+/// `synthesize` on a fresh backend, then the engine's trimming.
+fn reference(model: &Model, req: &SynthesisRequest, config: &EngineConfig) -> Vec<f32> {
+    let prompt = model.prompt(&req.speech).unwrap();
+    let max_frames = req.max_frames.unwrap_or_else(|| {
+        let cap = config.frame_cap_for(model).limit(prompt.body_len);
+        random_model_frames(&req.speech.text).min(cap)
+    });
+    let mut backend = CpuBackend::new(model, 1).unwrap();
+    let out = synthesize(&mut backend, &prompt, &req.sampling, max_frames, true).unwrap();
+    trim_whole(
+        &out.pcm,
+        config.trim_for(model),
+        model.sample_rate(),
+        model.samples_per_frame(),
+    )
+}
+
+/// Reads a request to its end: the audio and how it ended.
+fn collect(mut handle: RequestHandle) -> (Vec<f32>, Result<Usage, RequestFailure>) {
+    let mut audio = Vec::new();
+    let mut started = false;
+    while let Some(event) = handle.blocking_recv() {
+        match event {
+            Event::Started(s) => {
+                assert!(!started && audio.is_empty(), "Started comes first, once");
+                assert_eq!(s.seed, handle.seed());
+                started = true;
+            }
+            Event::Audio(a) => {
+                assert!(!a.is_empty());
+                audio.extend(a);
+            }
+            Event::Done(u) => return (audio, Ok(u)),
+            Event::Failed(f) => return (audio, Err(f)),
+        }
+    }
+    panic!("the channel closed without Done or Failed");
+}
+
+const TEXTS: &[(&str, &str, TextMode, u64, Option<usize>)] = &[
+    (
+        "Hello there, how are you today?",
+        "ryan",
+        TextMode::Prefill,
+        1,
+        None,
+    ),
+    ("Short.", "vivian", TextMode::Stream, 2, None),
+    (
+        "A somewhat longer sentence, to keep a stream busy for a while.",
+        "serena",
+        TextMode::Stream,
+        3,
+        None,
+    ),
+    ("Fixed length reply.", "eric", TextMode::Prefill, 4, Some(7)),
+    (
+        "Another voice, another seed.",
+        "aiden",
+        TextMode::Prefill,
+        5,
+        None,
+    ),
+    (
+        "One more in streaming text mode, just to be sure.",
+        "dylan",
+        TextMode::Stream,
+        6,
+        Some(33),
+    ),
+];
+
+#[test]
+fn streamed_audio_equals_synthesize_whatever_the_batch_composition() {
+    let model = demo();
+    let trimmed_off = EngineConfig {
+        onset_trim: None,
+        drop_leading_frames: Some(0),
+        ..EngineConfig::default()
+    };
+    let configs = [
+        ("balanced, 3 slots", EngineConfig::default(), 3),
+        (
+            "latency, 8 slots",
+            EngineConfig {
+                profile: Profile::latency(),
+                ..EngineConfig::default()
+            },
+            8,
+        ),
+        (
+            "throughput, 8 slots",
+            EngineConfig {
+                profile: Profile::throughput(),
+                ..EngineConfig::default()
+            },
+            8,
+        ),
+        ("no trimming, 2 slots", trimmed_off, 2),
+    ];
+    for (name, config, slots) in configs {
+        let engine = start(&model, slots, config.clone());
+        let mut readers = Vec::new();
+        for (i, &(text, voice, mode, seed, max)) in TEXTS.iter().enumerate() {
+            let req = request(&model, speech(text, voice, mode), seed, max);
+            let want = reference(&model, &req, &config);
+            let handle = engine.submit(req).unwrap();
+            readers.push(thread::spawn(move || (i, want, collect(handle))));
+            // Stagger arrivals so requests join batches at different points.
+            thread::sleep(Duration::from_millis(3 * i as u64));
+        }
+        for r in readers {
+            let (i, want, (got, end)) = r.join().unwrap();
+            let usage = end.unwrap();
+            assert!(!want.is_empty(), "{name}: reference {i} has audio");
+            assert_eq!(got.len(), want.len(), "{name}: request {i} length");
+            assert!(got == want, "{name}: request {i} differs from synthesize");
+            assert!((usage.audio_seconds - want.len() as f64 / 24_000.0).abs() < 1e-9);
+            if let Some(n) = TEXTS[i].4 {
+                assert_eq!(usage.frames, n);
+            }
+        }
+        engine.shutdown(Duration::from_secs(5));
+        engine.join();
+    }
+}
+
+#[test]
+fn streamed_text_input_equals_synthesize_of_the_whole_text() {
+    let model = demo();
+    let config = EngineConfig::default();
+    let engine = start(&model, 4, config.clone());
+    let text = "Streaming text arrives in pieces, like tokens from a language model, and the talker waits for each.";
+    let whole = request(&model, speech(text, "ryan", TextMode::Stream), 11, None);
+    let want = reference(&model, &whole, &config);
+
+    // A companion request with all its text, sharing the batches.
+    let other = request(
+        &model,
+        speech(
+            "Meanwhile, someone else speaks.",
+            "vivian",
+            TextMode::Prefill,
+        ),
+        12,
+        None,
+    );
+    let other_want = reference(&model, &other, &config);
+    let other_reader = {
+        let handle = engine.submit(other).unwrap();
+        thread::spawn(move || collect(handle))
+    };
+
+    // First piece with the submission (cut mid-word), the rest in uneven pieces, slowly
+    // enough that the talker has to wait for text.
+    let mut first = whole.clone();
+    first.speech.text = text[..13].to_string();
+    let (handle, mut sender) = engine.submit_streaming_text(first).unwrap();
+    let reader = thread::spawn(move || collect(handle));
+    let mut rest = &text[13..];
+    let mut n = 1;
+    while !rest.is_empty() {
+        let cut = rest
+            .char_indices()
+            .map(|(i, _)| i)
+            .nth(n)
+            .unwrap_or(rest.len());
+        sender.push(&rest[..cut]).unwrap();
+        rest = &rest[cut..];
+        n = n % 7 + 2;
+        thread::sleep(Duration::from_millis(15));
+    }
+    sender.finish().unwrap();
+
+    let (got, end) = reader.join().unwrap();
+    let usage = end.unwrap();
+    assert!(
+        got == want,
+        "streamed text differs from synthesize of the whole text"
+    );
+    assert_eq!(usage.frames, random_model_frames(text));
+    let (got, end) = other_reader.join().unwrap();
+    assert!(end.is_ok() && got == other_want);
+}
+
+#[test]
+fn streamed_text_that_ends_empty_fails_the_request() {
+    let model = demo();
+    let engine = start(&model, 2, EngineConfig::default());
+    let mut req = request(&model, speech("", "ryan", TextMode::Stream), 1, None);
+    req.speech.text = "   ".into();
+    let (handle, sender) = engine.submit_streaming_text(req).unwrap();
+    drop(sender); // ends the text
+    let (audio, end) = collect(handle);
+    assert!(audio.is_empty());
+    assert_eq!(end, Err(RequestFailure::EmptyText));
+}
+
+#[test]
+fn a_slow_reader_gets_every_sample_and_does_not_hold_up_others() {
+    let model = demo();
+    let config = EngineConfig {
+        audio_buffer_chunks: 3,
+        profile: Profile::latency(),
+        ..EngineConfig::default()
+    };
+    let engine = start(&model, 4, config.clone());
+    let slow_req = request(
+        &model,
+        speech("A slow client reads this reply.", "ryan", TextMode::Prefill),
+        21,
+        Some(60),
+    );
+    let fast_req = request(
+        &model,
+        speech("A fast client reads this one.", "serena", TextMode::Prefill),
+        22,
+        Some(60),
+    );
+    let (slow_want, fast_want) = (
+        reference(&model, &slow_req, &config),
+        reference(&model, &fast_req, &config),
+    );
+    let mut slow = engine.submit(slow_req).unwrap();
+    let fast = engine.submit(fast_req).unwrap();
+    let fast_reader = thread::spawn(move || collect(fast));
+    // The fast client reads to its end before the slow one reads anything: a full
+    // channel pauses only its own request (were the engine blocked, this would hang).
+    let (got, end) = fast_reader.join().unwrap();
+    assert!(end.is_ok() && got == fast_want);
+    let mut audio = Vec::new();
+    loop {
+        thread::sleep(Duration::from_millis(5));
+        match slow.blocking_recv() {
+            Some(Event::Audio(a)) => audio.extend(a),
+            Some(Event::Done(_)) => break,
+            Some(Event::Started(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(audio == slow_want);
+}
+
+#[test]
+fn dropping_a_handle_cancels_the_request_and_frees_its_slot() {
+    let model = demo();
+    let engine = start(&model, 1, EngineConfig::default());
+    let long = request(
+        &model,
+        speech(
+            "This reply would go on for a very long time.",
+            "ryan",
+            TextMode::Prefill,
+        ),
+        1,
+        Some(20_000),
+    );
+    let mut handle = engine.submit(long).unwrap();
+    // Wait until it streams, then walk away.
+    while !matches!(handle.blocking_recv(), Some(Event::Audio(_))) {}
+    drop(handle);
+    // With one slot, the next request can only run once the first one's slot is free.
+    let next = request(
+        &model,
+        speech("Next, please.", "vivian", TextMode::Prefill),
+        2,
+        Some(5),
+    );
+    let (audio, end) = collect(engine.submit(next).unwrap());
+    assert_eq!(end.unwrap().frames, 5);
+    assert!(!audio.is_empty());
+
+    // An explicit cancel ends the stream without Done.
+    let long = request(
+        &model,
+        speech("Cancelled explicitly.", "ryan", TextMode::Prefill),
+        3,
+        Some(20_000),
+    );
+    let mut handle = engine.submit(long).unwrap();
+    while !matches!(handle.blocking_recv(), Some(Event::Audio(_))) {}
+    handle.canceller().cancel();
+    while let Some(event) = handle.blocking_recv() {
+        assert!(
+            matches!(event, Event::Audio(_)),
+            "no Done after cancel: {event:?}"
+        );
+    }
+}
+
+#[test]
+fn a_full_queue_is_refused_at_once_and_shutdown_fails_what_is_left() {
+    let model = demo();
+    let config = EngineConfig {
+        queue_capacity: 1,
+        max_active: Some(1),
+        ..EngineConfig::default()
+    };
+    let engine = start(&model, 2, config);
+    let long = |seed| {
+        request(
+            &model,
+            speech(
+                "Long enough to hold the only slot.",
+                "ryan",
+                TextMode::Prefill,
+            ),
+            seed,
+            Some(20_000),
+        )
+    };
+    let mut running = engine.submit(long(1)).unwrap();
+    assert!(matches!(running.blocking_recv(), Some(Event::Started(_))));
+    let queued = engine.submit(long(2)).unwrap();
+    match engine.submit(long(3)) {
+        Err(SubmitError::QueueFull { capacity: 1, .. }) => {}
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+    assert_eq!(engine.load().queued, 1);
+
+    engine.shutdown(Duration::ZERO);
+    assert!(!engine.is_ready());
+    assert!(matches!(
+        engine.submit(long(4)),
+        Err(SubmitError::ShuttingDown)
+    ));
+    engine.join();
+    assert!(engine.is_stopped());
+    let (_, end) = collect(queued);
+    assert_eq!(end, Err(RequestFailure::ShuttingDown));
+    let mut last = None;
+    while let Some(e) = running.blocking_recv() {
+        last = Some(e);
+    }
+    assert_eq!(last, Some(Event::Failed(RequestFailure::ShuttingDown)));
+}
+
+#[test]
+fn graceful_shutdown_lets_requests_in_flight_finish() {
+    let model = demo();
+    let engine = start(&model, 2, EngineConfig::default());
+    let handles: Vec<RequestHandle> = (0..3)
+        .map(|i| {
+            engine
+                .submit(request(
+                    &model,
+                    speech("Finish me first.", "ryan", TextMode::Prefill),
+                    i,
+                    Some(10),
+                ))
+                .unwrap()
+        })
+        .collect();
+    engine.shutdown(Duration::from_secs(60));
+    engine.join();
+    for h in handles {
+        assert_eq!(collect(h).1.unwrap().frames, 10);
+    }
+}
+
+#[test]
+fn submissions_are_validated_before_queueing() {
+    let model = demo();
+    let engine = start(
+        &model,
+        1,
+        EngineConfig {
+            max_text_chars: 50,
+            ..EngineConfig::default()
+        },
+    );
+    let invalid = |req| match engine.submit(req) {
+        Err(SubmitError::Invalid(e)) => e,
+        other => panic!("expected Invalid, got {other:?}"),
+    };
+    let e = invalid(request(
+        &model,
+        speech("Hi.", "nobody", TextMode::Prefill),
+        1,
+        None,
+    ));
+    assert!(matches!(e, RequestError::UnknownVoice { .. }));
+    let e = invalid(request(
+        &model,
+        speech("  ", "ryan", TextMode::Prefill),
+        1,
+        None,
+    ));
+    assert_eq!(e, RequestError::EmptyText);
+    let e = invalid(request(
+        &model,
+        speech(&"x".repeat(51), "ryan", TextMode::Prefill),
+        1,
+        None,
+    ));
+    assert_eq!(e, RequestError::TextTooLong { chars: 51, max: 50 });
+    let mut bad = request(&model, speech("Hi.", "ryan", TextMode::Prefill), 1, None);
+    bad.sampling.talker.temperature = 0.0;
+    assert!(matches!(invalid(bad), RequestError::Sampling { .. }));
+    match engine.submit_streaming_text(request(
+        &model,
+        speech("Hi", "ryan", TextMode::Prefill),
+        1,
+        None,
+    )) {
+        Err(SubmitError::Invalid(RequestError::Unsupported(_))) => {}
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    // Streamed text is held to the same limit.
+    let (_h, mut sender) = engine
+        .submit_streaming_text(request(
+            &model,
+            speech("Hi", "ryan", TextMode::Stream),
+            1,
+            None,
+        ))
+        .unwrap();
+    assert!(matches!(
+        sender.push(&"y".repeat(60)),
+        Err(tts_engine::TextError::TooLong { max: 50 })
+    ));
+}
