@@ -1,8 +1,32 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, and every Rust test (unit, fixture parity,
-# integration). GPU tests skip themselves (and say so) when no GPU is present.
+# The whole test suite: formatting, lints, and every test (unit, fixture parity, engine,
+# server, kernel compilation). GPU tests skip themselves (and say so) without a GPU.
+#
+# Installs what a fresh machine lacks:
+#   * cmake (Debian), to build the bundled libopus;
+#   * NVRTC from PyPI (nvidia-cuda-nvrtc), so the CUDA kernels are compiled in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if ! command -v cmake >/dev/null 2>&1; then
+    echo "installing cmake (needed to build the bundled libopus)"
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq cmake; else sudo apt-get update -qq && sudo apt-get install -y -qq cmake; fi
+fi
+
+nvrtc_dir="$PWD/target/ci-nvrtc/nvidia/cu13/lib"
+if [ -z "${QWEN3_TTS_CUDA_LIB_DIRS:-}" ]; then
+    if [ ! -e "$nvrtc_dir/libnvrtc.so.13" ]; then
+        echo "fetching NVRTC 13.0 from PyPI (compiles the CUDA kernels in CI; no GPU needed)"
+        mkdir -p target/ci-nvrtc
+        if python3 -m pip download -q --no-deps "nvidia-cuda-nvrtc==13.0.88" -d target/ci-nvrtc/wheel; then
+            python3 -m zipfile -e target/ci-nvrtc/wheel/nvidia_cuda_nvrtc-*.whl target/ci-nvrtc/
+        else
+            echo "NVRTC download failed: the kernel compile test will report SKIPPED"
+        fi
+    fi
+    export QWEN3_TTS_CUDA_LIB_DIRS="$nvrtc_dir"
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace

@@ -10,15 +10,23 @@
 // Cache: bf16, `cache + (slot * max_pos + pos) * kvh*hd` per layer (the caller passes the
 // layer's base). inv_freq: f32 [hd/2] (RoPE, rotate-half pairing i <-> i + hd/2).
 
+// KV caches hold bf16 (default) or f32 ("exact" mode, for parity checks); each kernel
+// below has an `_f32` twin over f32 caches.
+__device__ __forceinline__ float kv_load(const bf16* p) { return bf2f(*p); }
+__device__ __forceinline__ float kv_load(const float* p) { return *p; }
+__device__ __forceinline__ void kv_store(bf16* p, float v) { *p = f2bf(v); }
+__device__ __forceinline__ void kv_store(float* p, float v) { *p = v; }
+
 // One block per token, 128 threads. Normalises and rotates q in place; normalises, rotates
 // and stores k, stores v, both as bf16 in the slot's cache row `pos`.
-extern "C" __global__ void qk_norm_rope_kv(float* qkv, int ldq, int T,
+template <typename KV>
+__device__ __forceinline__ void qk_norm_rope_kv_body(float* qkv, int ldq, int T,
                                            const int* __restrict__ slots,
                                            const int* __restrict__ positions,
                                            const float* __restrict__ q_norm,
                                            const float* __restrict__ k_norm, float eps,
                                            const float* __restrict__ inv_freq, int heads, int kvh,
-                                           int hd, bf16* k_cache, bf16* v_cache, int max_pos) {
+                                           int hd, KV* k_cache, KV* v_cache, int max_pos) {
     int t = blockIdx.x;
     if (t >= T) return;
     int slot = slots[t];
@@ -48,26 +56,40 @@ extern "C" __global__ void qk_norm_rope_kv(float* qkv, int ldq, int T,
                 x[i + half] = rb;
             } else {
                 size_t off = ((size_t)slot * max_pos + pos) * (size_t)(kvh * hd) + (size_t)(h - heads) * hd;
-                k_cache[off + i] = f2bf(ra);
-                k_cache[off + i + half] = f2bf(rb);
+                kv_store(k_cache + off + i, ra);
+                kv_store(k_cache + off + i + half, rb);
             }
         }
     }
     // v: plain copy to the cache
     const float* v = row + (heads + kvh) * hd;
     size_t voff = ((size_t)slot * max_pos + pos) * (size_t)(kvh * hd);
-    for (int i = threadIdx.x; i < kvh * hd; i += blockDim.x) v_cache[voff + i] = f2bf(v[i]);
+    for (int i = threadIdx.x; i < kvh * hd; i += blockDim.x) kv_store(v_cache + voff + i, v[i]);
 }
+
+#define QK_ENTRY(NAME, KV)                                                                      \
+    extern "C" __global__ void NAME(float* qkv, int ldq, int T, const int* __restrict__ slots,  \
+                                    const int* __restrict__ positions,                          \
+                                    const float* __restrict__ q_norm,                           \
+                                    const float* __restrict__ k_norm, float eps,                \
+                                    const float* __restrict__ inv_freq, int heads, int kvh,     \
+                                    int hd, KV* k_cache, KV* v_cache, int max_pos) {            \
+        qk_norm_rope_kv_body<KV>(qkv, ldq, T, slots, positions, q_norm, k_norm, eps, inv_freq,  \
+                                 heads, kvh, hd, k_cache, v_cache, max_pos);                    \
+    }
+QK_ENTRY(qk_norm_rope_kv, bf16)
+QK_ENTRY(qk_norm_rope_kv_f32, float)
 
 // Grid (heads, T), 128 threads (4 warps). Token t, head h attends to positions
 // lo..pos of its slot, lo = window ? max(0, pos+1-window) : 0. Each warp takes every 4th
 // position with an online softmax; warps are merged at the end. out: f32 [T][ldo], head h
 // at column h*hd. Lanes hold head dims lane, lane+32, ... (hd <= 128).
-extern "C" __global__ void decode_attention(const float* __restrict__ qkv, int ldq, int T,
+template <typename KV>
+__device__ __forceinline__ void decode_attention_body(const float* __restrict__ qkv, int ldq, int T,
                                             const int* __restrict__ slots,
                                             const int* __restrict__ positions,
-                                            const bf16* __restrict__ k_cache,
-                                            const bf16* __restrict__ v_cache, int max_pos,
+                                            const KV* __restrict__ k_cache,
+                                            const KV* __restrict__ v_cache, int max_pos,
                                             int heads, int kvh, int hd, int window, float* out,
                                             int ldo) {
     int h = blockIdx.x, t = blockIdx.y;
@@ -89,25 +111,25 @@ extern "C" __global__ void decode_attention(const float* __restrict__ qkv, int l
     float scale = 1.0f / sqrtf((float)hd);
     float mx = NEG_INF, l = 0.f;
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
-    const bf16* kbase = k_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
-    const bf16* vbase = v_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
+    const KV* kbase = k_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
+    const KV* vbase = v_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
     for (int p = lo + warp; p <= pos; p += NW) {
-        const bf16* kr = kbase + (size_t)p * kvd;
+        const KV* kr = kbase + (size_t)p * kvd;
         float s = 0.f;
 #pragma unroll
         for (int e = 0; e < E; e++) {
             int i = lane + 32 * e;
-            if (i < hd) s += qv[e] * bf2f(kr[i]);
+            if (i < hd) s += qv[e] * kv_load(kr + i);
         }
         s = warp_sum(s) * scale;
         float nm = fmaxf(mx, s);
         float corr = expf(mx - nm), w = expf(s - nm);
         l = l * corr + w;
-        const bf16* vr = vbase + (size_t)p * kvd;
+        const KV* vr = vbase + (size_t)p * kvd;
 #pragma unroll
         for (int e = 0; e < E; e++) {
             int i = lane + 32 * e;
-            acc[e] = acc[e] * corr + (i < hd ? w * bf2f(vr[i]) : 0.f);
+            acc[e] = acc[e] * corr + (i < hd ? w * kv_load(vr + i) : 0.f);
         }
         mx = nm;
     }
@@ -142,3 +164,125 @@ extern "C" __global__ void decode_attention(const float* __restrict__ qkv, int l
         }
     }
 }
+
+#define DA_ENTRY(NAME, KV)                                                                      \
+    extern "C" __global__ void NAME(const float* __restrict__ qkv, int ldq, int T,              \
+                                    const int* __restrict__ slots,                              \
+                                    const int* __restrict__ positions,                          \
+                                    const KV* __restrict__ k_cache,                             \
+                                    const KV* __restrict__ v_cache, int max_pos, int heads,     \
+                                    int kvh, int hd, int window, float* out, int ldo) {         \
+        decode_attention_body<KV>(qkv, ldq, T, slots, positions, k_cache, v_cache, max_pos,     \
+                                  heads, kvh, hd, window, out, ldo);                            \
+    }
+DA_ENTRY(decode_attention, bf16)
+DA_ENTRY(decode_attention_f32, float)
+
+// Fused attention for short contexts (the code predictor, <= 16 positions): one block of
+// 256 threads per batch row handles that row's `tpr` consecutive tokens in order (1, or
+// 2 for the first step). For each token: QK-norm + RoPE of q and k, k/v stored (bf16) in
+// the row's cache at `pos`, then attention of every q head over positions 0..pos, read
+// back from the cache (the block's own writes are visible after the barrier). Tokens are
+// rows*tpr rows of qkv/out; token i of row r is qkv row r*tpr + i at position
+// positions[r*tpr + i]; rows with slots[r*tpr] < 0 are skipped. hd <= 128, positions
+// < max_pos <= 64.
+template <typename KV>
+__device__ __forceinline__ void short_attention_body(
+    float* qkv, int ldq, int rows, int tpr, const int* __restrict__ slots,
+    const int* __restrict__ positions, const float* __restrict__ q_norm,
+    const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq, int heads,
+    int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, float* out, int ldo) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    int slot = slots[r * tpr];
+    if (slot < 0) return;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int half = hd / 2, kvd = kvh * hd, rep = heads / kvh;
+    for (int i = 0; i < tpr; i++) {
+        int t = r * tpr + i;
+        int pos = positions[t];
+        float* row = qkv + (size_t)t * ldq;
+        size_t base = ((size_t)slot * max_pos) * (size_t)kvd;
+        // 1. norm + rope (one warp per head), store k and v
+        for (int h = warp; h < heads + kvh; h += nw) {
+            bool is_q = h < heads;
+            float* x = row + (is_q ? h * hd : heads * hd + (h - heads) * hd);
+            const float* w = is_q ? q_norm : k_norm;
+            float s = 0.f;
+            for (int e = lane; e < hd; e += 32) s += x[e] * x[e];
+            s = warp_sum(s);
+            float inv = 1.0f / sqrtf(s / (float)hd + eps);
+            __syncwarp();
+            for (int e = lane; e < half; e += 32) {
+                float a = w[e] * (x[e] * inv), b = w[e + half] * (x[e + half] * inv);
+                float ang = (float)pos * inv_freq[e];
+                float c = cosf(ang), sn = sinf(ang);
+                float ra = a * c - b * sn, rb = b * c + a * sn;
+                if (is_q) {
+                    x[e] = ra;
+                    x[e + half] = rb;
+                } else {
+                    size_t off = base + (size_t)pos * kvd + (size_t)(h - heads) * hd;
+                    kv_store(k_cache + off + e, ra);
+                    kv_store(k_cache + off + e + half, rb);
+                }
+            }
+        }
+        const float* v = row + (heads + kvh) * hd;
+        for (int e = threadIdx.x; e < kvd; e += blockDim.x) kv_store(v_cache + base + (size_t)pos * kvd + e, v[e]);
+        __syncthreads();
+        // 2. attention, one warp per q head: lanes hold head dims, positions in turn
+        float scale = 1.0f / sqrtf((float)hd);
+        for (int h = warp; h < heads; h += nw) {
+            int g = h / rep;
+            const float* q = row + h * hd;
+            float qv[4], acc[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = lane + 32 * e;
+                qv[e] = i < hd ? q[i] : 0.f;
+                acc[e] = 0.f;
+            }
+            float mx = NEG_INF, l = 0.f;
+            for (int p = 0; p <= pos; p++) {
+                const KV* kr = k_cache + base + (size_t)p * kvd + (size_t)g * hd;
+                const KV* vr = v_cache + base + (size_t)p * kvd + (size_t)g * hd;
+                float sc = 0.f;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int i = lane + 32 * e;
+                    if (i < hd) sc += qv[e] * kv_load(kr + i);
+                }
+                sc = warp_sum(sc) * scale;
+                float nm = fmaxf(mx, sc);
+                float corr = expf(mx - nm), wgt = expf(sc - nm);
+                l = l * corr + wgt;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int i = lane + 32 * e;
+                    acc[e] = acc[e] * corr + (i < hd ? wgt * kv_load(vr + i) : 0.f);
+                }
+                mx = nm;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = lane + 32 * e;
+                if (i < hd) out[(size_t)t * ldo + h * hd + i] = acc[e] / l;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define SA_ENTRY(NAME, KV)                                                                      \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+        float* qkv, int ldq, int rows, int tpr, const int* __restrict__ slots,                  \
+        const int* __restrict__ positions, const float* __restrict__ q_norm,                    \
+        const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq,        \
+        int heads, int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, float* out,          \
+        int ldo) {                                                                               \
+        short_attention_body<KV>(qkv, ldq, rows, tpr, slots, positions, q_norm, k_norm, eps,    \
+                                 inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, out, ldo); \
+    }
+SA_ENTRY(short_attention, bf16)
+SA_ENTRY(short_attention_f32, float)

@@ -4,8 +4,9 @@
 //   to_bf16 (optionally RMSNorm-ing each row)  ->  cublasGemmEx (f32 out)  ->  epilogue.
 // The epilogue has the same semantics as gemv.cu's.
 
-// One block per row: out[r] = bf16( g ⊙ x[r] / sqrt(mean(x[r]²) + eps) ), or plain bf16(x[r])
-// when g is null.
+// One block per row: v = g ⊙ x[r] / sqrt(mean(x[r]²) + eps), or plain x[r] when g is null,
+// split as v = hi + lo with hi = bf16(v) in out row r and lo = bf16(v - hi) in out row
+// rows + r (the GEMM then multiplies both and the epilogue adds them).
 extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, int K,
                                         const float* __restrict__ g, float eps, bf16* out,
                                         int ldo, int rows) {
@@ -22,11 +23,14 @@ extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, in
     }
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
         float v = g ? g[k] * (xr[k] * inv) : xr[k];
-        out[(size_t)r * ldo + k] = f2bf(v);
+        bf16 hi = f2bf(v);
+        out[(size_t)r * ldo + k] = hi;
+        out[(size_t)(rows + r) * ldo + k] = f2bf(v - bf2f(hi));
     }
 }
 
-// acc: f32 [rows][N] (GEMM output). Writes y as gemv.cu's epilogue would (act 2 halves N).
+// acc: f32 [2·rows][N] (GEMM output of the hi rows, then the lo rows). Writes y as
+// gemv.cu's epilogue would (act 2 halves N).
 extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
                                            const float* __restrict__ bias, int act,
                                            const float* res, int ldr, float* y, int ldy,
@@ -34,9 +38,10 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
     int r = blockIdx.x;
     if (r >= rows) return;
     const float* a = acc + (size_t)r * N;
+    const float* b = acc + (size_t)(rows + r) * N;
     if (act == 2) {
         for (int i = threadIdx.x; i < N / 2; i += blockDim.x) {
-            float g = a[2 * i], u = a[2 * i + 1];
+            float g = a[2 * i] + b[2 * i], u = a[2 * i + 1] + b[2 * i + 1];
             if (bias) { g += bias[2 * i]; u += bias[2 * i + 1]; }
             float v = silu(g) * u;
             if (res) v += res[(size_t)r * ldr + i];
@@ -44,7 +49,7 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
         }
     } else {
         for (int n = threadIdx.x; n < N; n += blockDim.x) {
-            float v = a[n];
+            float v = a[n] + b[n];
             if (bias) v += bias[n];
             if (act == 1) v = silu(v);
             if (res) v += res[(size_t)r * ldr + n];
@@ -66,4 +71,11 @@ extern "C" __global__ void rms_norm_rows(const float* __restrict__ x, int ldx, i
     s = block_sum(s, scratch);
     float inv = 1.0f / sqrtf(s / (float)K + eps);
     for (int k = threadIdx.x; k < K; k += blockDim.x) out[(size_t)r * ldo + k] = g[k] * (xr[k] * inv);
+}
+
+// t[r][n] += b[n] for rows r < rows (one block per row).
+extern "C" __global__ void add_bias_rows(float* t, int N, const float* __restrict__ b, int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) t[(size_t)r * N + n] += b[n];
 }

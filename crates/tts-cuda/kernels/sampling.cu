@@ -74,6 +74,37 @@ __device__ int block_argmax(const float* s, int V, SampleShared& sh) {
     return sh.iv[0];
 }
 
+// Warp 0 finds, among 256 histogram buckets, the highest bucket d such that the count of
+// keys in buckets >= d reaches `remaining`; returns (d, remaining - count above d) in
+// sh.iv[1], sh.iv[2]. Lane l owns buckets 8l..8l+7; a suffix scan over lanes finds d.
+__device__ void pick_bucket(SampleShared& sh, int remaining) {
+    if (threadIdx.x >= 32) return;
+    int lane = threadIdx.x;
+    int local = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) local += (int)sh.hist[lane * 8 + j];
+    // suffix[l] = sum of local over lanes >= l
+    int suffix = local;
+    for (int o = 1; o < 32; o <<= 1) {
+        int v = __shfl_down_sync(0xffffffffu, suffix, o);
+        if (lane + o < 32) suffix += v;
+    }
+    int above = suffix - local;  // keys in lanes > l
+    bool here = above < remaining && suffix >= remaining;
+    unsigned int ballot = __ballot_sync(0xffffffffu, here);
+    int owner = ballot ? 31 - __clz(ballot) : 0;
+    if (lane == owner) {
+        int cum = above, chosen = lane * 8;
+        for (int j = 7; j >= 0; j--) {
+            int c = (int)sh.hist[lane * 8 + j];
+            if (cum + c >= remaining) { chosen = lane * 8 + j; break; }
+            cum += c;
+        }
+        sh.iv[1] = chosen;
+        sh.iv[2] = remaining - cum;
+    }
+}
+
 // The k-th largest value of s[0..V) (radix select over order-preserving keys).
 __device__ float kth_largest(const float* s, int V, int k, SampleShared& sh) {
     unsigned int prefix = 0, mask = 0;
@@ -87,15 +118,7 @@ __device__ float kth_largest(const float* s, int V, int k, SampleShared& sh) {
             if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int cum = 0, chosen = 0;
-            for (int d = 255; d >= 0; d--) {
-                if (cum + (int)sh.hist[d] >= remaining) { chosen = d; break; }
-                cum += sh.hist[d];
-            }
-            sh.iv[1] = chosen;
-            sh.iv[2] = remaining - cum;
-        }
+        pick_bucket(sh, remaining);
         __syncthreads();
         prefix |= ((unsigned int)sh.iv[1]) << shift;
         mask |= 255u << shift;
@@ -186,22 +209,35 @@ __device__ int choose(float* s, int V, bool do_sample, float temp, int top_k, fl
         if (w > 0.f) { local += w; last_pos = i; }
     }
     __syncthreads();
-    sh.fscratch[threadIdx.x] = local;
-    sh.idx[threadIdx.x] = last_pos;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        // exclusive prefix of thread sums, sequential (thread order = index order)
-        float acc = 0.f;
-        int lastp = -1;
-        for (int t = 0; t < (int)blockDim.x; t++) {
-            float v = sh.fscratch[t];
-            sh.fscratch[t] = acc;
-            acc += v;
-            if (sh.idx[t] >= 0) lastp = sh.idx[t];
+    // exclusive prefix of the thread sums in thread (= index) order: warp scans, then a
+    // scan of the warp totals
+    {
+        int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+        float incl = local;
+        for (int o = 1; o < 32; o <<= 1) {
+            float v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += v;
         }
-        sh.scratch[31] = acc;
-        sh.iv[0] = V;      // choice
-        sh.iv[3] = lastp;  // fallback
+        int lp = last_pos;
+        for (int o = 16; o > 0; o >>= 1) lp = max(lp, __shfl_xor_sync(0xffffffffu, lp, o));
+        if (lane == 31) sh.scratch[w] = incl;
+        if (lane == 0) sh.idx[w] = lp;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float acc = 0.f;
+            int lastp = -1;
+            for (int k = 0; k < nw; k++) {
+                float v = sh.scratch[k];
+                sh.scratch[k] = acc;
+                acc += v;
+                lastp = max(lastp, sh.idx[k]);
+            }
+            sh.scratch[31] = acc;
+            sh.iv[0] = V;      // choice
+            sh.iv[3] = lastp;  // fallback
+        }
+        __syncthreads();
+        sh.fscratch[threadIdx.x] = sh.scratch[w] + (incl - local);
     }
     __syncthreads();
     float excl = sh.fscratch[threadIdx.x];

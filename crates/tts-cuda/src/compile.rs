@@ -35,7 +35,11 @@ pub fn module_source() -> String {
 }
 
 fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-lineinfo".into()]
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "-lineinfo".into(),
+    ]
 }
 
 /// NVRTC's version, e.g. (13, 0).
@@ -59,10 +63,17 @@ pub fn compile_cubin(src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
     if let Err(err) = r {
         // SAFETY: reading the log of a live program.
         let log = unsafe { nvrtc::result::get_program_log(prog) }.unwrap_or_default();
-        let log: Vec<u8> = log.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+        let log: Vec<u8> = log
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&c| c != 0)
+            .collect();
         // SAFETY: destroying the program we created.
         let _ = unsafe { nvrtc::result::destroy_program(prog) };
-        return Err(CudaError::Compile(format!("{err:?}\n{}", String::from_utf8_lossy(&log))));
+        return Err(CudaError::Compile(format!(
+            "{err:?}\n{}",
+            String::from_utf8_lossy(&log)
+        )));
     }
     let mut size = 0usize;
     // SAFETY: querying the CUBIN size of a compiled program.
@@ -75,7 +86,8 @@ pub fn compile_cubin(src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
         .result()
         .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
     // SAFETY: destroying the program we created.
-    unsafe { nvrtc::result::destroy_program(prog) }.map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    unsafe { nvrtc::result::destroy_program(prog) }
+        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
     Ok(buf)
 }
 
@@ -114,7 +126,11 @@ pub fn module_cubin(arch: &str) -> Result<Vec<u8>, CudaError> {
     }
     let t = std::time::Instant::now();
     let cubin = compile_cubin(&src, arch)?;
-    tracing::info!(arch, ms = t.elapsed().as_millis() as u64, "compiled CUDA kernels with NVRTC");
+    tracing::info!(
+        arch,
+        ms = t.elapsed().as_millis() as u64,
+        "compiled CUDA kernels with NVRTC"
+    );
     if std::fs::create_dir_all(cache_dir()).is_ok() {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         if std::fs::write(&tmp, &cubin).is_ok() {

@@ -25,9 +25,12 @@ pub const KERNELS: &[&str] = &[
     "gemv_m2",
     "gemv_m4",
     "gemv_m8",
-    "gemv_m16",
     "qk_norm_rope_kv",
+    "qk_norm_rope_kv_f32",
     "decode_attention",
+    "decode_attention_f32",
+    "short_attention",
+    "short_attention_f32",
     "gather_rows",
     "gather_rows_f32",
     "frame_embedding",
@@ -38,6 +41,7 @@ pub const KERNELS: &[&str] = &[
     "cp_first_input",
     "to_bf16_rows",
     "linear_epilogue",
+    "add_bias_rows",
     "rms_norm_rows",
     "sample_talker",
     "sample_cp",
@@ -94,9 +98,12 @@ impl Gpu {
                 report.notes.join("; ")
             )));
         }
-        let count = CudaContext::device_count().map_err(|e| CudaError::Unavailable(format!("{e:?}")))?;
+        let count =
+            CudaContext::device_count().map_err(|e| CudaError::Unavailable(format!("{e:?}")))?;
         if count as usize <= ordinal {
-            return Err(CudaError::Unavailable(format!("{count} CUDA device(s), asked for #{ordinal}")));
+            return Err(CudaError::Unavailable(format!(
+                "{count} CUDA device(s), asked for #{ordinal}"
+            )));
         }
         let ctx = CudaContext::new(ordinal)?;
         // SAFETY: all work goes through one stream; no buffer is shared across streams.
@@ -147,7 +154,11 @@ impl Gpu {
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<DBuf<T>, CudaError> {
         let slice = self.stream.clone_htod(host)?;
         let ptr = slice.device_ptr(&self.stream).0;
-        Ok(DBuf { slice, ptr, len: host.len() })
+        Ok(DBuf {
+            slice,
+            ptr,
+            len: host.len(),
+        })
     }
 
     /// Copies `host` into the start of `dst`.
@@ -161,7 +172,12 @@ impl Gpu {
     }
 
     /// Copies `host` into `dst` starting at element `offset`.
-    pub fn write_at<T: DeviceRepr>(&self, dst: &mut DBuf<T>, offset: usize, host: &[T]) -> Result<(), CudaError> {
+    pub fn write_at<T: DeviceRepr>(
+        &self,
+        dst: &mut DBuf<T>,
+        offset: usize,
+        host: &[T],
+    ) -> Result<(), CudaError> {
         if host.is_empty() {
             return Ok(());
         }
@@ -171,7 +187,11 @@ impl Gpu {
     }
 
     /// Copies the first `n` elements of `src` to the host (synchronises the stream).
-    pub fn read<T: DeviceRepr + Default + Clone>(&self, src: &DBuf<T>, n: usize) -> Result<Vec<T>, CudaError> {
+    pub fn read<T: DeviceRepr + Default + Clone>(
+        &self,
+        src: &DBuf<T>,
+        n: usize,
+    ) -> Result<Vec<T>, CudaError> {
         let mut out = vec![T::default(); n];
         if n > 0 {
             let view = src.slice.slice(0..n);
@@ -181,6 +201,12 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Makes this device's context current on the calling thread (cuBLAS needs it).
+    pub fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread()?;
+        Ok(())
+    }
+
     pub fn sync(&self) -> Result<(), CudaError> {
         self.stream.synchronize()?;
         Ok(())
@@ -188,7 +214,13 @@ impl Gpu {
 
     /// Launches `name` on a `grid` of `block`-thread blocks with `args` (raw pointers as
     /// `u64`, sizes as `i32`, scalars as `f32`).
-    pub fn launch(&self, name: &'static str, grid: (u32, u32, u32), block: u32, args: &[Arg]) -> Result<(), CudaError> {
+    pub fn launch(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
         let f = self.func(name)?;
         let mut b = self.stream.launch_builder(f);
         for a in args {
@@ -238,10 +270,17 @@ impl Gpu {
             }
         };
         let (dt, compute) = match ab {
-            GemmType::Bf16 => (bsys::cudaDataType_t::CUDA_R_16BF, bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            GemmType::Bf16 => (
+                bsys::cudaDataType_t::CUDA_R_16BF,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
             GemmType::F32Tf32 => (
                 bsys::cudaDataType_t::CUDA_R_32F,
                 bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ),
+            GemmType::F32 => (
+                bsys::cudaDataType_t::CUDA_R_32F,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             ),
         };
         // SAFETY: the handle is bound to our stream; the pointers are device buffers whose
@@ -287,4 +326,6 @@ pub enum Arg {
 pub enum GemmType {
     Bf16,
     F32Tf32,
+    /// Full-precision f32 (no TF32): for parity checks.
+    F32,
 }

@@ -17,6 +17,8 @@ pub enum CudaError {
     Shape(String),
     #[error(transparent)]
     Model(#[from] tts_model::ModelError),
+    #[error(transparent)]
+    Backend(#[from] tts_model::BackendError),
 }
 
 impl From<cudarc::driver::DriverError> for CudaError {
@@ -33,6 +35,9 @@ impl From<cudarc::cublas::result::CublasError> for CudaError {
 
 impl From<CudaError> for tts_model::BackendError {
     fn from(e: CudaError) -> Self {
-        tts_model::BackendError::Device(e.to_string())
+        match e {
+            CudaError::Backend(b) => b,
+            other => tts_model::BackendError::Device(other.to_string()),
+        }
     }
 }

@@ -5,12 +5,16 @@
 //! and the code-predictor loop per batch bucket. [`CudaBackend`] implements
 //! `tts_model::Backend` and is checked against the CPU reference (`tests/gpu_parity.rs`).
 
+pub mod backend;
+pub mod bench;
+pub mod code_predictor;
 pub mod codec;
 pub mod compile;
 pub mod device;
 pub mod error;
 pub mod libs;
 
+pub use backend::{CudaBackend, CudaOptions};
 pub use error::CudaError;
 
 /// Compiles every kernel for `arch` (e.g. `sm_90`) without touching a GPU: needs only
@@ -19,9 +23,14 @@ pub fn compile_kernels(arch: &str) -> Result<usize, CudaError> {
     libs::preload();
     let (_, _, nvrtc) = libs::present();
     if !nvrtc {
-        return Err(CudaError::Unavailable("NVRTC (libnvrtc.so.13) not found".into()));
+        return Err(CudaError::Unavailable(
+            "NVRTC (libnvrtc.so.13) not found".into(),
+        ));
     }
     Ok(compile::compile_cubin(&compile::module_source(), arch)?.len())
 }
 pub mod linear;
+pub mod stack;
+pub mod talker;
 pub mod weights;
+pub mod workspace;

@@ -63,10 +63,14 @@ fn candidates(dirs: &[PathBuf], stem: &str, major: &str) -> Vec<PathBuf> {
         if d.to_string_lossy().contains("stubs") {
             continue;
         }
-        let Ok(rd) = std::fs::read_dir(d) else { continue };
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(rest) = name.strip_prefix(stem) else { continue };
+            let Some(rest) = name.strip_prefix(stem) else {
+                continue;
+            };
             let versioned = rest.is_empty()
                 || rest
                     .strip_prefix('.')
@@ -92,7 +96,9 @@ fn dlopen_global(path: &str) -> Result<(), String> {
             "unknown dlopen error".to_string()
         } else {
             // SAFETY: non-null dlerror results are valid C strings.
-            unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
         };
         return Err(msg);
     }

@@ -1,6 +1,6 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
-//! Up to 16 rows run as one GEMV launch; more rows go through cuBLAS (rows converted to
+//! Up to 8 rows run as one GEMV launch; more rows go through cuBLAS (rows converted to
 //! bf16, f32 accumulation) and an epilogue kernel.
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
@@ -16,12 +16,23 @@ pub struct Linear {
 
 impl Linear {
     /// Uploads a bf16 weight (row-major `[n][k]`) and optional f32 bias.
-    pub fn new(gpu: &Gpu, w: &[u16], n: usize, k: usize, bias: Option<&[f32]>) -> Result<Self, CudaError> {
-        if k % 8 != 0 {
-            return Err(CudaError::Shape(format!("linear input width {k} is not a multiple of 8")));
+    pub fn new(
+        gpu: &Gpu,
+        w: &[u16],
+        n: usize,
+        k: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, CudaError> {
+        if !k.is_multiple_of(8) {
+            return Err(CudaError::Shape(format!(
+                "linear input width {k} is not a multiple of 8"
+            )));
         }
         if w.len() != n * k {
-            return Err(CudaError::Shape(format!("weight has {} values, expected {n}x{k}", w.len())));
+            return Err(CudaError::Shape(format!(
+                "weight has {} values, expected {n}x{k}",
+                w.len()
+            )));
         }
         Ok(Self {
             w: gpu.upload(w)?,
@@ -41,6 +52,9 @@ pub enum Act {
     /// has n/2 columns.
     SwigluPairs = 2,
 }
+
+/// Most rows one GEMV launch takes; more go through cuBLAS.
+pub const GEMV_MAX_ROWS: usize = 8;
 
 /// Scratch buffers of the cuBLAS path, sized for the largest call.
 pub struct GemmScratch {
@@ -86,16 +100,20 @@ pub fn linear(
     let bias = l.bias.as_ref().map_or(0, |b| b.ptr);
     let (res_p, ldr) = res.unwrap_or((0, 0));
     let (norm_p, eps) = norm.unwrap_or((0, 0.0));
-    if m <= 16 {
-        let (name, mm) = match m {
-            1 => ("gemv_m1", 1),
-            2 => ("gemv_m2", 2),
-            3 | 4 => ("gemv_m4", 4),
-            5..=8 => ("gemv_m8", 8),
-            _ => ("gemv_m16", 16),
+    if m <= GEMV_MAX_ROWS {
+        let name = match m {
+            1 => "gemv_m1",
+            2 => "gemv_m2",
+            3 | 4 => "gemv_m4",
+            _ => "gemv_m8",
         };
-        let _ = mm;
-        let blocks = l.n.div_ceil(16) as u32;
+        // Split K over more warps when the layer has few rows, so it still fills the GPU.
+        let ksplit = match l.n {
+            n if n >= 4096 => 1,
+            n if n >= 2048 => 2,
+            _ => 4,
+        };
+        let blocks = l.n.div_ceil(16 / ksplit) as u32;
         return gpu.launch(
             name,
             (blocks, 1, 1),
@@ -115,11 +133,16 @@ pub fn linear(
                 Arg::P(y),
                 Arg::I(ldy as i32),
                 Arg::I(m as i32),
+                Arg::I(ksplit as i32),
             ],
         );
     }
-    if m * l.k > scratch.xb.len || m * l.n > scratch.acc.len {
-        return Err(CudaError::Shape(format!("{m} rows exceed the GEMM scratch")));
+    // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), multiplied in one
+    // GEMM and summed in the epilogue: f32-level accuracy from bf16 tensor cores.
+    if 2 * m * l.k > scratch.xb.len || 2 * m * l.n > scratch.acc.len {
+        return Err(CudaError::Shape(format!(
+            "{m} rows exceed the GEMM scratch"
+        )));
     }
     gpu.launch(
         "to_bf16_rows",
@@ -136,8 +159,22 @@ pub fn linear(
             Arg::I(m as i32),
         ],
     )?;
-    // Column-major view: acc (n × m) = Wᵀ-as-stored (n × k, op T of k × n) · x (k × m).
-    gpu.gemm(true, false, l.n, m, l.k, l.w.ptr, l.k, scratch.xb.ptr, l.k, 0.0, scratch.acc.ptr, l.n, GemmType::Bf16)?;
+    // Column-major view: acc (n × 2m) = Wᵀ-as-stored (n × k, op T of k × n) · x (k × 2m).
+    gpu.gemm(
+        true,
+        false,
+        l.n,
+        2 * m,
+        l.k,
+        l.w.ptr,
+        l.k,
+        scratch.xb.ptr,
+        l.k,
+        0.0,
+        scratch.acc.ptr,
+        l.n,
+        GemmType::Bf16,
+    )?;
     gpu.launch(
         "linear_epilogue",
         (m as u32, 1, 1),

@@ -16,7 +16,12 @@ pub struct HostLoader<'a>(pub &'a WeightSource);
 
 impl TensorLoader for HostLoader<'_> {
     type T = HostTensor;
-    fn load(&mut self, name: &str, shape: &[usize], init: Init) -> Result<HostTensor, tts_model::ModelError> {
+    fn load(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        init: Init,
+    ) -> Result<HostTensor, tts_model::ModelError> {
         self.0.tensor(name, shape, init)
     }
 }
@@ -83,14 +88,22 @@ pub struct DevStack {
 }
 
 impl DevStack {
-    fn new(gpu: &Gpu, d: StackDims, layers: &[DecoderLayerW<HostTensor>], norm: &HostTensor) -> Result<Self, CudaError> {
+    fn new(
+        gpu: &Gpu,
+        d: StackDims,
+        layers: &[DecoderLayerW<HostTensor>],
+        norm: &HostTensor,
+    ) -> Result<Self, CudaError> {
         let base = d.rope_theta as f32;
         let inv: Vec<f32> = (0..d.head_dim / 2)
             .map(|i| 1.0 / base.powf((2 * i) as f32 / d.head_dim as f32))
             .collect();
         Ok(Self {
             dims: d,
-            layers: layers.iter().map(|l| DevLayer::new(gpu, l, &d)).collect::<Result<_, _>>()?,
+            layers: layers
+                .iter()
+                .map(|l| DevLayer::new(gpu, l, &d))
+                .collect::<Result<_, _>>()?,
             norm: f32_buf(gpu, norm)?,
             inv_freq: gpu.upload(&inv)?,
         })
@@ -143,7 +156,12 @@ impl DevTalker {
 impl DevCodePredictor {
     /// Loads the code predictor and, for the 1.7B geometry, folds the projection into the
     /// embedding tables (`proj(E_j(c))`, `proj(C(c))`) with one GEMM each.
-    pub fn load(gpu: &Gpu, cfg: &ModelConfig, src: &WeightSource, talker: &DevTalker) -> Result<Self, CudaError> {
+    pub fn load(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        src: &WeightSource,
+        talker: &DevTalker,
+    ) -> Result<Self, CudaError> {
         let w = CodePredictorW::load(cfg, &mut HostLoader(src))?;
         let d = cfg.talker.code_predictor.dims();
         let vocab = cfg.talker.code_predictor.vocab_size;
@@ -153,15 +171,47 @@ impl DevCodePredictor {
             emb.extend(t.to_bf16_bits());
         }
         let embeddings = gpu.upload(&emb)?;
-        let projection = w.mtp_projection.as_ref().map(|p| linear(gpu, p)).transpose()?;
+        let projection = w
+            .mtp_projection
+            .as_ref()
+            .map(|p| linear(gpu, p))
+            .transpose()?;
         let (folded, folded_code0) = match &projection {
             Some(p) => {
                 let ch = d.hidden;
                 let folded: DBuf<f32> = gpu.zeros(15 * vocab * ch)?;
                 // folded (ch × 15·vocab, column-major) = Wᵀ (op T of th × ch) · E (th × 15·vocab)
-                gpu.gemm(true, false, ch, 15 * vocab, th, p.w.ptr, th, embeddings.ptr, th, 0.0, folded.ptr, ch, GemmType::Bf16)?;
+                gpu.gemm(
+                    true,
+                    false,
+                    ch,
+                    15 * vocab,
+                    th,
+                    p.w.ptr,
+                    th,
+                    embeddings.ptr,
+                    th,
+                    0.0,
+                    folded.ptr,
+                    ch,
+                    GemmType::Bf16,
+                )?;
                 let code0: DBuf<f32> = gpu.zeros(vocab * ch)?;
-                gpu.gemm(true, false, ch, vocab, th, p.w.ptr, th, talker.codec_embedding.ptr, th, 0.0, code0.ptr, ch, GemmType::Bf16)?;
+                gpu.gemm(
+                    true,
+                    false,
+                    ch,
+                    vocab,
+                    th,
+                    p.w.ptr,
+                    th,
+                    talker.codec_embedding.ptr,
+                    th,
+                    0.0,
+                    code0.ptr,
+                    ch,
+                    GemmType::Bf16,
+                )?;
                 if let Some(b) = &p.bias {
                     add_bias_rows(gpu, &folded, 15 * vocab, ch, b)?;
                     add_bias_rows(gpu, &code0, vocab, ch, b)?;
@@ -173,7 +223,11 @@ impl DevCodePredictor {
         Ok(Self {
             stack: DevStack::new(gpu, d, &w.layers, &w.norm)?,
             embeddings,
-            lm_heads: w.lm_heads.iter().map(|t| matrix(gpu, t)).collect::<Result<_, _>>()?,
+            lm_heads: w
+                .lm_heads
+                .iter()
+                .map(|t| matrix(gpu, t))
+                .collect::<Result<_, _>>()?,
             projection,
             folded,
             folded_code0,
@@ -182,22 +236,23 @@ impl DevCodePredictor {
     }
 }
 
-/// `t[r][:] += b` for `rows` rows of width `n` (epilogue kernel in place).
-fn add_bias_rows(gpu: &Gpu, t: &DBuf<f32>, rows: usize, n: usize, b: &DBuf<f32>) -> Result<(), CudaError> {
+/// `t[r][:] += b` for `rows` rows of width `n`.
+fn add_bias_rows(
+    gpu: &Gpu,
+    t: &DBuf<f32>,
+    rows: usize,
+    n: usize,
+    b: &DBuf<f32>,
+) -> Result<(), CudaError> {
     use crate::device::Arg;
     gpu.launch(
-        "linear_epilogue",
+        "add_bias_rows",
         (rows as u32, 1, 1),
         256,
         &[
             Arg::P(t.ptr),
             Arg::I(n as i32),
             Arg::P(b.ptr),
-            Arg::I(0),
-            Arg::P(0),
-            Arg::I(0),
-            Arg::P(t.ptr),
-            Arg::I(n as i32),
             Arg::I(rows as i32),
         ],
     )

@@ -1,6 +1,7 @@
 //! `qwen3-tts`: the Qwen3-TTS inference server and its command-line tools.
 
 mod audio;
+mod backend;
 mod cli;
 
 use std::process::ExitCode;

@@ -53,10 +53,7 @@ impl CpuModel {
             cfg,
             CodePredictorW::load(cfg, &mut CpuLoader(&model.weights))?,
         );
-        let codec = CodecDecoder::new(
-            &model.codec,
-            CodecW::load(&model.codec, &mut CpuLoader(&model.codec_weights))?,
-        );
+        let codec = load_codec(model)?;
         Ok(Self {
             talker,
             code_predictor,
@@ -79,6 +76,14 @@ impl CpuModel {
         }
         e
     }
+}
+
+/// Loads only the codec decoder (f32, CPU).
+pub fn load_codec(model: &Model) -> Result<CodecDecoder, ModelError> {
+    Ok(CodecDecoder::new(
+        &model.codec,
+        CodecW::load(&model.codec, &mut CpuLoader(&model.codec_weights))?,
+    ))
 }
 
 /// Code-0 sampling rules of a model.

@@ -1,5 +1,6 @@
 //! Command-line interface: subcommands and their options.
 
+mod bench_stages;
 mod synth;
 
 use clap::{Parser, Subcommand};
@@ -16,11 +17,14 @@ pub struct Cli {
 pub enum Command {
     /// Synthesize one utterance to a WAV file (and optionally its codes to JSON).
     Synth(synth::SynthArgs),
+    /// Per-stage GPU latency and weight bandwidth for each batch size (CUDA only).
+    BenchStages(bench_stages::BenchStagesArgs),
 }
 
 /// Runs the chosen subcommand.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Synth(args) => synth::run(args),
+        Command::BenchStages(args) => bench_stages::run(args),
     }
 }

@@ -7,10 +7,10 @@ use anyhow::Context;
 use clap::Args;
 use tts_model::config::UnknownKeys;
 use tts_model::generate::{random_model_frames, synthesize, FrameCap};
-use tts_model::reference::CpuBackend;
 use tts_model::{LoadOptions, Model, SpeechRequest, TextMode};
 
 use crate::audio::wav;
+use crate::backend::{self, BackendSize, Device};
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -59,9 +59,9 @@ pub struct SynthArgs {
     /// Output WAV (24 kHz mono 16-bit PCM).
     #[arg(long)]
     pub out: PathBuf,
-    /// Device to run on.
+    /// Device to run on: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: Device,
     /// Ignore unknown keys in the checkpoint's config files (logged) instead of failing.
     #[arg(long)]
     pub lenient_config: bool,
@@ -123,14 +123,16 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
         None if model.is_random() => random_model_frames(&a.text).min(cap),
         None => cap,
     };
-    let mut backend = match a.device.as_str() {
-        "cpu" => CpuBackend::new(&model, 1)?,
-        other => anyhow::bail!("unknown device `{other}` (this build supports: cpu)"),
+    let size = BackendSize {
+        max_slots: 1,
+        max_batch: 1,
+        max_positions: (prompt.positions.len() + max_frames + 1).max(64),
     };
+    let mut backend = backend::create(&model, a.device, size)?;
     let load_s = t_load.elapsed().as_secs_f64();
 
     let t_gen = Instant::now();
-    let out = synthesize(&mut backend, &prompt, &params, max_frames, true)?;
+    let out = synthesize(backend.as_mut(), &prompt, &params, max_frames, true)?;
     let gen_s = t_gen.elapsed().as_secs_f64();
 
     wav::write_file(&a.out, &out.pcm, model.sample_rate())

@@ -1,0 +1,512 @@
+//! [`CudaBackend`]: `tts_model::Backend` on the GPU.
+//!
+//! Host side: slot bookkeeping (positions, stage order), batch buckets and their CUDA
+//! graphs. A stage call pads its rows to the next bucket (1, 2, 4, ... max_batch), writes
+//! the packed per-row inputs with one host-to-device copy, replays the bucket's graph (or
+//! enqueues eagerly when graphs are off) and reads back only the sampled codes.
+
+use std::collections::HashMap;
+
+use cudarc::driver::sys as dsys;
+use cudarc::driver::CudaGraph;
+use tts_model::backend::{Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow};
+use tts_model::config::NUM_CODE_GROUPS;
+use tts_model::reference::codec::{CodecDecoder, CodecState};
+use tts_model::sampling::SamplingParams;
+use tts_model::{BackendError, Model};
+
+use crate::device::Gpu;
+use crate::error::CudaError;
+use crate::talker::{prefill, step, PrefillPlan, SampleRules};
+use crate::weights::{DevCodePredictor, DevTalker};
+use crate::workspace::{Limits, Workspace};
+
+/// Options of the CUDA backend.
+#[derive(Debug, Clone, Copy)]
+pub struct CudaOptions {
+    pub device: usize,
+    pub limits: Limits,
+    /// Capture and replay CUDA graphs for the talker step and the code-predictor loop.
+    pub graphs: bool,
+    /// Decode audio on the GPU (else on the CPU reference, for debugging).
+    pub gpu_codec: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        Self {
+            device: 0,
+            limits: Limits::default(),
+            graphs: true,
+            gpu_codec: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Allocated, not prefilled.
+    Fresh,
+    /// Code 0 of the current frame sampled.
+    Code0(u32),
+    /// The current frame is complete.
+    Frame,
+}
+
+#[derive(Debug)]
+struct SlotState {
+    stage: Stage,
+    /// Talker positions held.
+    len: usize,
+}
+
+/// Where audio is decoded.
+enum Codec {
+    Cpu(Box<CodecDecoder>, HashMap<u32, CodecState>),
+}
+
+/// An instantiated CUDA graph that may move between threads with its backend.
+struct Graph(CudaGraph);
+
+// SAFETY: CUDA requires graph objects to be used by one thread at a time; a `Graph` is only
+// reachable through `&mut CudaBackend`, so every use is serialised, and `launch` binds the
+// context to whichever thread calls it.
+unsafe impl Send for Graph {}
+
+/// Which stage a graph runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum GraphKind {
+    TalkerStep,
+    CodePredictor,
+}
+
+/// The GPU implementation of [`Backend`].
+pub struct CudaBackend {
+    gpu: Gpu,
+    talker: DevTalker,
+    cp: DevCodePredictor,
+    ws: Workspace,
+    codec: Codec,
+    rules: SampleRules,
+    info: BackendInfo,
+    slots: Vec<Option<SlotState>>,
+    graphs: HashMap<(GraphKind, usize), Graph>,
+    opts: CudaOptions,
+    text_vocab: usize,
+}
+
+impl CudaBackend {
+    /// Loads `model` onto the GPU.
+    pub fn new(model: &Model, opts: CudaOptions) -> Result<Self, CudaError> {
+        let gpu = Gpu::open(opts.device)?;
+        let t0 = std::time::Instant::now();
+        let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
+        let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
+        let ws = Workspace::new(&gpu, &model.config, opts.limits)?;
+        let codec = Codec::Cpu(
+            Box::new(tts_model::reference::load_codec(model)?),
+            HashMap::new(),
+        );
+        gpu.sync()?;
+        tracing::info!(
+            secs = t0.elapsed().as_secs_f64(),
+            workspace_mb = ws.bytes() >> 20,
+            "model on the GPU"
+        );
+        let t = &model.config.talker;
+        let info = BackendInfo {
+            name: model.name.clone(),
+            device: format!("cuda:{} ({})", opts.device, gpu.name),
+            sample_rate: model.sample_rate(),
+            samples_per_frame: model.samples_per_frame(),
+            codec_eos: t.codec_eos_token_id,
+            tts_pad_token_id: model.config.tts_pad_token_id,
+            max_slots: opts.limits.max_slots,
+            max_positions: opts.limits.max_positions,
+        };
+        Ok(Self {
+            gpu,
+            talker,
+            cp,
+            ws,
+            codec,
+            rules: SampleRules {
+                eos: t.codec_eos_token_id as i32,
+                suppress_from: t.vocab_size.saturating_sub(1024) as i32,
+                min_new: 2,
+            },
+            info,
+            slots: (0..opts.limits.max_slots).map(|_| None).collect(),
+            graphs: HashMap::new(),
+            opts,
+            text_vocab: t.text_vocab_size,
+        })
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The batch bucket for `n` rows.
+    pub fn bucket(&self, n: usize) -> usize {
+        let mut b = 1;
+        while b < n {
+            b *= 2;
+        }
+        b.min(self.opts.limits.max_batch)
+    }
+
+    /// Captures every bucket's graphs now (start-up), instead of at first use.
+    pub fn warm_up(&mut self) -> Result<(), CudaError> {
+        let mut b = 1;
+        while b <= self.opts.limits.max_batch {
+            for kind in [GraphKind::TalkerStep, GraphKind::CodePredictor] {
+                self.graph(kind, b)?;
+            }
+            b *= 2;
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
+        match kind {
+            GraphKind::TalkerStep => {
+                step(&self.gpu, &self.talker, &self.cp, &self.ws, b, self.rules)
+            }
+            GraphKind::CodePredictor => {
+                crate::code_predictor::predict(&self.gpu, &self.talker, &self.cp, &self.ws, b)
+            }
+        }
+    }
+
+    /// Makes sure the graph of (`kind`, `b`) exists; false when graphs are off.
+    fn graph(&mut self, kind: GraphKind, b: usize) -> Result<bool, CudaError> {
+        if !self.opts.graphs {
+            return Ok(false);
+        }
+        if self.graphs.contains_key(&(kind, b)) {
+            return Ok(true);
+        }
+        // Capture records without executing: the inputs are written before each replay.
+        self.gpu
+            .stream
+            .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let enq = self.enqueue(kind, b);
+        let g = self
+            .gpu
+            .stream
+            .end_capture(dsys::CUgraphInstantiate_flags(0))?;
+        enq?;
+        let g = g.ok_or_else(|| CudaError::Driver("graph capture produced no graph".into()))?;
+        g.upload()?;
+        self.graphs.insert((kind, b), Graph(g));
+        Ok(true)
+    }
+
+    fn run(&mut self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
+        if self.graph(kind, b)? {
+            if let Some(g) = self.graphs.get(&(kind, b)) {
+                g.0.launch()?;
+                return Ok(());
+            }
+        }
+        self.enqueue(kind, b)
+    }
+
+    fn slot(&mut self, id: SlotId) -> Result<&mut SlotState, BackendError> {
+        self.slots
+            .get_mut(id.0 as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(BackendError::BadSlot(id.0))
+    }
+
+    /// Writes the packed per-row inputs of a `b`-row bucket.
+    fn write_inputs(&mut self, rows: &[(SlotId, i32, i32)], b: usize) -> Result<(), CudaError> {
+        let lay = &self.ws.layout;
+        let pad = self.info.tts_pad_token_id as i32;
+        let mut v = vec![-1i32; lay.total];
+        for r in 0..b {
+            v[lay.step_pos + r] = 0;
+            v[lay.text_ids + r] = pad;
+        }
+        for (r, &(slot, pos, text)) in rows.iter().enumerate() {
+            v[lay.row_slots + r] = slot.0 as i32;
+            v[lay.step_pos + r] = pos;
+            v[lay.text_ids + r] = text;
+            v[lay.cp_rows1 + r] = r as i32;
+            v[lay.cp_rows2 + 2 * r] = r as i32;
+            v[lay.cp_rows2 + 2 * r + 1] = r as i32;
+        }
+        self.gpu.write(&mut self.ws.inputs, &v)
+    }
+
+    /// Resets slot `free`'s device state: sampler parameters, history, frame, codec stream.
+    fn init_slot(&mut self, free: usize, words: &[u32; 16]) -> Result<(), CudaError> {
+        let sw = self.ws.seen_words;
+        self.gpu.write_at(&mut self.ws.params, free * 16, words)?;
+        self.gpu
+            .write_at(&mut self.ws.seen, free * sw, &vec![0u32; sw])?;
+        self.gpu.write_at(
+            &mut self.ws.slot_frames,
+            free * NUM_CODE_GROUPS,
+            &[0i32; NUM_CODE_GROUPS],
+        )?;
+        match &mut self.codec {
+            Codec::Cpu(dec, states) => {
+                states.insert(free as u32, dec.new_state());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether audio is decoded on the GPU.
+    pub fn gpu_codec(&self) -> bool {
+        !matches!(self.codec, Codec::Cpu(..))
+    }
+
+    /// Bytes of weights one talker step and one code-predictor loop read (once each).
+    pub fn weight_bytes(&self) -> (u64, u64) {
+        let lin = |l: &crate::linear::Linear| (l.n * l.k * 2) as u64;
+        let stack = |s: &crate::weights::DevStack| -> u64 {
+            s.layers
+                .iter()
+                .map(|l| lin(&l.qkv) + lin(&l.o) + lin(&l.gate_up) + lin(&l.down))
+                .sum()
+        };
+        let t = stack(&self.talker.stack)
+            + lin(&self.talker.codec_head)
+            + lin(&self.talker.fc1)
+            + lin(&self.talker.fc2);
+        let per_step = stack(&self.cp.stack);
+        let heads: u64 = self.cp.lm_heads.iter().map(lin).sum();
+        let proj = self.cp.projection.as_ref().map_or(0, lin);
+        (t, 15 * per_step + heads + proj)
+    }
+
+    /// Replays (or enqueues) the talker-step or code-predictor work of bucket `b` with the
+    /// inputs as last written; no host sync. For benchmarks.
+    pub fn replay(&mut self, talker: bool, b: usize) -> Result<(), CudaError> {
+        let kind = if talker {
+            GraphKind::TalkerStep
+        } else {
+            GraphKind::CodePredictor
+        };
+        self.run(kind, b)
+    }
+
+    /// The first `rows` rows of the last logits computed (talker: `[rows][3072]` after a
+    /// prefill or step; code predictor: its last head). For parity tests.
+    pub fn debug_logits(&self, rows: usize, width: usize) -> Result<Vec<f32>, CudaError> {
+        self.gpu.read(&self.ws.logits, rows * width)
+    }
+
+    fn check_batch(&self, n: usize) -> Result<(), BackendError> {
+        if n > self.opts.limits.max_batch {
+            return Err(BackendError::SlotState {
+                slot: 0,
+                message: format!(
+                    "batch of {n} rows exceeds max_batch {}",
+                    self.opts.limits.max_batch
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn alloc_slot(&mut self, params: &SamplingParams) -> Result<SlotId, BackendError> {
+        self.gpu.bind().map_err(BackendError::from)?;
+        let free = self
+            .slots
+            .iter()
+            .position(|s| s.is_none())
+            .ok_or(BackendError::NoFreeSlot {
+                capacity: self.slots.len(),
+            })?;
+        let p = params;
+        let mut words = [0u32; 16];
+        words[0] = p.seed as u32;
+        words[1] = (p.seed >> 32) as u32;
+        words[2] = p.talker.do_sample as u32;
+        words[3] = p.talker.top_k as u32;
+        words[4] = p.talker.temperature.to_bits();
+        words[5] = p.talker.top_p.to_bits();
+        words[6] = p.repetition_penalty.to_bits();
+        words[7] = p.code_predictor.do_sample as u32;
+        words[8] = p.code_predictor.top_k as u32;
+        words[9] = p.code_predictor.temperature.to_bits();
+        words[10] = p.code_predictor.top_p.to_bits();
+        self.init_slot(free, &words)?;
+        self.slots[free] = Some(SlotState {
+            stage: Stage::Fresh,
+            len: 0,
+        });
+        Ok(SlotId(free as u32))
+    }
+
+    fn free_slot(&mut self, slot: SlotId) {
+        if let Some(s) = self.slots.get_mut(slot.0 as usize) {
+            *s = None;
+        }
+        let Codec::Cpu(_, states) = &mut self.codec;
+        states.remove(&slot.0);
+    }
+
+    /// Prefills row by row: a request's prompt is one GEMM of its own tokens, so its
+    /// results never depend on which other prompts arrive with it.
+    fn prefill(&mut self, rows: &[PrefillRow<'_>]) -> Result<Vec<u32>, BackendError> {
+        self.gpu.bind().map_err(BackendError::from)?;
+        let max_tokens = self.opts.limits.max_prefill_tokens;
+        let cap = self.info.max_positions;
+        let text_vocab = self.text_vocab;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let n = r.prompt.positions.len();
+            let st = self.slot(r.slot)?;
+            if st.stage != Stage::Fresh {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: "already prefilled".into(),
+                });
+            }
+            if n > max_tokens || st.len + n > cap {
+                return Err(BackendError::ContextFull {
+                    slot: r.slot.0,
+                    capacity: max_tokens.min(cap),
+                });
+            }
+            let start = st.len;
+            let mut plan = PrefillPlan {
+                text: Vec::with_capacity(n),
+                codec: Vec::with_capacity(n),
+                slots: vec![r.slot.0 as i32; n],
+                positions: (start..start + n).map(|p| p as i32).collect(),
+                last: vec![n as i32 - 1],
+                row_slots: vec![r.slot.0 as i32],
+            };
+            for p in &r.prompt.positions {
+                let text = p.text.filter(|&t| (t as usize) < text_vocab).ok_or(
+                    BackendError::SlotState {
+                        slot: r.slot.0,
+                        message: "every prompt position needs an in-range text token".into(),
+                    },
+                )?;
+                plan.text.push(text as i32);
+                plan.codec.push(p.codec.map_or(-1, |c| c as i32));
+            }
+            prefill(&self.gpu, &self.talker, &mut self.ws, &plan, self.rules)?;
+            let code = self.gpu.read(&self.ws.codes, 1)?[0] as u32;
+            let st = self.slot(r.slot)?;
+            st.len += n;
+            st.stage = Stage::Code0(code);
+            out.push(code);
+        }
+        Ok(out)
+    }
+
+    fn predict_codes(&mut self, slots: &[SlotId]) -> Result<Vec<Frame>, BackendError> {
+        self.gpu.bind().map_err(BackendError::from)?;
+        self.check_batch(slots.len())?;
+        let eos = self.info.codec_eos;
+        for &id in slots {
+            match self.slot(id)?.stage {
+                Stage::Code0(c) if c != eos => {}
+                _ => {
+                    return Err(BackendError::SlotState {
+                        slot: id.0,
+                        message: "no pending code 0 to complete".into(),
+                    })
+                }
+            }
+        }
+        let b = self.bucket(slots.len());
+        let rows: Vec<(SlotId, i32, i32)> = slots.iter().map(|&s| (s, 0, 0)).collect();
+        // Capture first: capture writes padding inputs of its own.
+        self.graph(GraphKind::CodePredictor, b)?;
+        self.write_inputs(&rows, b)?;
+        self.run(GraphKind::CodePredictor, b)?;
+        let flat = self
+            .gpu
+            .read(&self.ws.frames, slots.len() * NUM_CODE_GROUPS)?;
+        let mut frames = Vec::with_capacity(slots.len());
+        for (&id, chunk) in slots.iter().zip(flat.chunks(NUM_CODE_GROUPS)) {
+            let mut f = [0u32; NUM_CODE_GROUPS];
+            for (d, &c) in f.iter_mut().zip(chunk) {
+                *d = c as u32;
+            }
+            self.slot(id)?.stage = Stage::Frame;
+            frames.push(f);
+        }
+        Ok(frames)
+    }
+
+    fn talker_step(&mut self, rows: &[StepRow]) -> Result<Vec<u32>, BackendError> {
+        self.gpu.bind().map_err(BackendError::from)?;
+        self.check_batch(rows.len())?;
+        let cap = self.info.max_positions;
+        let mut packed = Vec::with_capacity(rows.len());
+        for r in rows {
+            if r.text_token as usize >= self.text_vocab {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: format!("text token {} out of range", r.text_token),
+                });
+            }
+            let st = self.slot(r.slot)?;
+            if st.stage != Stage::Frame {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: "talker step before the code predictor completed the frame".into(),
+                });
+            }
+            if st.len + 1 > cap {
+                return Err(BackendError::ContextFull {
+                    slot: r.slot.0,
+                    capacity: cap,
+                });
+            }
+            packed.push((r.slot, st.len as i32, r.text_token as i32));
+        }
+        let b = self.bucket(rows.len());
+        self.graph(GraphKind::TalkerStep, b)?;
+        self.write_inputs(&packed, b)?;
+        self.run(GraphKind::TalkerStep, b)?;
+        let codes = self.gpu.read(&self.ws.codes, rows.len())?;
+        for (r, &c) in rows.iter().zip(&codes) {
+            let st = self.slot(r.slot)?;
+            st.len += 1;
+            st.stage = Stage::Code0(c as u32);
+        }
+        Ok(codes.into_iter().map(|c| c as u32).collect())
+    }
+
+    fn codec_decode(&mut self, rows: &[CodecRow<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        self.gpu.bind().map_err(BackendError::from)?;
+        for r in rows {
+            self.slot(r.slot)?;
+            if let Some(bad) = r.frames.iter().flatten().find(|&&c| c >= 2048) {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: format!("code {bad} is outside the codebook"),
+                });
+            }
+        }
+        match &mut self.codec {
+            Codec::Cpu(dec, states) => {
+                let mut out = Vec::with_capacity(rows.len());
+                for r in rows {
+                    let st = states
+                        .get_mut(&r.slot.0)
+                        .ok_or(BackendError::BadSlot(r.slot.0))?;
+                    out.push(dec.decode(r.frames, st));
+                }
+                Ok(out)
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Stage micro-benchmarks on the GPU: talker step, code-predictor loop and codec decode
+//! per batch size, timed with CUDA events over many graph replays, with the achieved
+//! weight bandwidth (bytes of weights the stage reads once per call / time).
+
+use std::time::Instant;
+
+use cudarc::driver::sys as dsys;
+use tts_model::backend::{Backend, CodecRow, PrefillRow, SlotId, StepRow};
+use tts_model::{Model, SpeechRequest, TextMode};
+
+use crate::backend::CudaBackend;
+use crate::error::CudaError;
+
+/// One measured stage at one batch size.
+#[derive(Debug, Clone)]
+pub struct StageTiming {
+    pub stage: &'static str,
+    pub batch: usize,
+    /// Median device time per call (ms).
+    pub ms: f64,
+    /// Host wall time per call through the `Backend` API, sync included (ms).
+    pub api_ms: f64,
+    /// Weight bytes read per call.
+    pub weight_bytes: u64,
+}
+
+impl StageTiming {
+    /// Achieved weight bandwidth in TB/s.
+    pub fn tb_per_s(&self) -> f64 {
+        if self.ms <= 0.0 {
+            return 0.0;
+        }
+        self.weight_bytes as f64 / (self.ms * 1e-3) / 1e12
+    }
+}
+
+/// Allocates and prefills `n` slots with a realistic prompt (streaming text mode, ~60
+/// characters), then runs `context` frames so attention sees a realistic history.
+fn prepare(
+    b: &mut CudaBackend,
+    model: &Model,
+    n: usize,
+    context: usize,
+) -> Result<Vec<SlotId>, CudaError> {
+    let req = SpeechRequest {
+        text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
+        voice: model.voices().first().cloned(),
+        language: "english".into(),
+        text_mode: TextMode::Stream,
+        ..Default::default()
+    };
+    let prompt = model.prompt(&req)?;
+    let params = model.default_sampling(1);
+    let mut slots = Vec::with_capacity(n);
+    for _ in 0..n {
+        slots.push(b.alloc_slot(&params)?);
+    }
+    let rows: Vec<PrefillRow<'_>> = slots
+        .iter()
+        .map(|&slot| PrefillRow {
+            slot,
+            prompt: &prompt,
+        })
+        .collect();
+    b.prefill(&rows)?;
+    let pad = b.info().tts_pad_token_id;
+    for _ in 0..context {
+        b.predict_codes(&slots)?;
+        let steps: Vec<StepRow> = slots
+            .iter()
+            .map(|&slot| StepRow {
+                slot,
+                text_token: pad,
+            })
+            .collect();
+        b.talker_step(&steps)?;
+    }
+    Ok(slots)
+}
+
+/// Times the talker step, the code-predictor loop and codec decoding of `codec_frames`
+/// frames for each batch size.
+pub fn bench_stages(
+    b: &mut CudaBackend,
+    model: &Model,
+    batches: &[usize],
+    iters: usize,
+    codec_frames: usize,
+) -> Result<Vec<StageTiming>, CudaError> {
+    let (talker_bytes, cp_bytes) = b.weight_bytes();
+    let mut out = Vec::new();
+    for &n in batches {
+        let slots = prepare(b, model, n, 8)?;
+        let pad = b.info().tts_pad_token_id;
+        // code predictor (the slots hold a fresh code 0 after `prepare`)
+        let t = Instant::now();
+        b.predict_codes(&slots)?;
+        let api = t.elapsed().as_secs_f64() * 1e3;
+        let ms = b.time_stage(false, n, iters)?;
+        out.push(StageTiming {
+            stage: "code_predictor",
+            batch: n,
+            ms,
+            api_ms: api,
+            weight_bytes: cp_bytes,
+        });
+        // talker step
+        let steps: Vec<StepRow> = slots
+            .iter()
+            .map(|&slot| StepRow {
+                slot,
+                text_token: pad,
+            })
+            .collect();
+        let t = Instant::now();
+        b.talker_step(&steps)?;
+        let api = t.elapsed().as_secs_f64() * 1e3;
+        let ms = b.time_stage(true, n, iters)?;
+        out.push(StageTiming {
+            stage: "talker_step",
+            batch: n,
+            ms,
+            api_ms: api,
+            weight_bytes: talker_bytes,
+        });
+        // codec (only when it runs on the GPU; the CPU fallback is for debugging)
+        if !b.gpu_codec() {
+            for s in slots {
+                b.free_slot(s);
+            }
+            continue;
+        }
+        let frames = vec![[1u32; 16]; codec_frames];
+        let rows: Vec<CodecRow<'_>> = slots
+            .iter()
+            .map(|&slot| CodecRow {
+                slot,
+                frames: &frames,
+            })
+            .collect();
+        b.codec_decode(&rows)?;
+        let reps = iters.clamp(1, 20);
+        let t = Instant::now();
+        for _ in 0..reps {
+            b.codec_decode(&rows)?;
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        out.push(StageTiming {
+            stage: "codec_decode",
+            batch: n,
+            ms,
+            api_ms: ms,
+            weight_bytes: 0,
+        });
+        for s in slots {
+            b.free_slot(s);
+        }
+    }
+    Ok(out)
+}
+
+impl CudaBackend {
+    /// Median device time (ms) of `iters` replays of the talker-step (`talker`) or
+    /// code-predictor graph of the bucket for `n` rows, with the inputs last written.
+    pub fn time_stage(&mut self, talker: bool, n: usize, iters: usize) -> Result<f64, CudaError> {
+        let b = self.bucket(n);
+        let run = |s: &mut Self| s.replay(talker, b);
+        run(self)?;
+        let ctx = self.gpu().ctx.clone();
+        let stream = self.gpu().stream.clone();
+        let e0 = ctx.new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        let e1 = ctx.new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        let mut samples = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            e0.record(&stream)?;
+            run(self)?;
+            e1.record(&stream)?;
+            stream.synchronize()?;
+            samples.push(e0.elapsed_ms(&e1)? as f64);
+        }
+        samples.sort_by(|a, c| a.total_cmp(c));
+        Ok(samples[samples.len() / 2])
+    }
+}
+
+/// One kernel micro-benchmark result.
+#[derive(Debug, Clone)]
+pub struct KernelTiming {
+    pub name: String,
+    /// Device time per launch (µs), replayed inside a graph.
+    pub us: f64,
+    /// Achieved bandwidth over the bytes the launch must read (TB/s).
+    pub tb_per_s: f64,
+}
+
+/// Times GEMV launches on the release layer shapes for several row counts: each case is a
+/// graph of 64 launches cycling through enough weight copies to defeat the L2 cache.
+pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
+    use crate::linear::{linear, Act, GemmScratch, Linear, Rows};
+    let shapes: &[(&str, usize, usize)] = &[
+        ("talker qkv", 4096, 2048),
+        ("talker o", 2048, 2048),
+        ("talker gate_up", 12288, 2048),
+        ("talker down", 2048, 6144),
+        ("talker head", 3072, 2048),
+        ("cp qkv", 4096, 1024),
+        ("cp o", 1024, 2048),
+        ("cp gate_up", 6144, 1024),
+        ("cp down", 1024, 3072),
+        ("cp head", 2048, 1024),
+    ];
+    let scratch = GemmScratch::new(gpu, 64, 6144, 12288)?;
+    let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
+    let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
+    let mut out = Vec::new();
+    for &(name, n, k) in shapes {
+        let bytes = n * k * 2;
+        let copies = (256 << 20) / bytes + 1;
+        let w: Vec<u16> = (0..n * k)
+            .map(|i| half::bf16::from_f32(((i % 97) as f32 - 48.0) * 1e-3).to_bits())
+            .collect();
+        let layers: Vec<Linear> = (0..copies)
+            .map(|_| Linear::new(gpu, &w, n, k, None))
+            .collect::<Result<_, _>>()?;
+        for m in [1usize, 4, 8, 16, 64] {
+            let launches = 64;
+            let enqueue = |gpu: &crate::device::Gpu| -> Result<(), CudaError> {
+                for i in 0..launches {
+                    let l = &layers[i % copies];
+                    let rows = Rows {
+                        ptr: x.ptr,
+                        ld: k,
+                        count: m,
+                    };
+                    linear(gpu, l, rows, None, Act::None, None, y.ptr, n, &scratch)?;
+                }
+                Ok(())
+            };
+            gpu.stream
+                .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let r = enqueue(gpu);
+            let g = gpu.stream.end_capture(dsys::CUgraphInstantiate_flags(0))?;
+            r?;
+            let g = g.ok_or_else(|| CudaError::Driver("no graph".into()))?;
+            g.launch()?;
+            gpu.sync()?;
+            let e0 = gpu
+                .ctx
+                .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            let e1 = gpu
+                .ctx
+                .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            e0.record(&gpu.stream)?;
+            for _ in 0..5 {
+                g.launch()?;
+            }
+            e1.record(&gpu.stream)?;
+            gpu.sync()?;
+            let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (5 * launches) as f64;
+            out.push(KernelTiming {
+                name: format!("gemv {name} [{n}x{k}] m={m}"),
+                us,
+                tb_per_s: bytes as f64 / (us * 1e-6) / 1e12,
+            });
+        }
+    }
+    Ok(out)
+}

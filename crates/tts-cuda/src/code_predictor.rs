@@ -1,0 +1,212 @@
+//! The code-predictor loop on the GPU for one batch bucket: codes 1..15 of each row's
+//! frame, sampling included, with no host round trip (graph-captured by the backend).
+//!
+//! Step 0 runs two tokens per row, `[proj(talker hidden), proj(C(code 0))]`, at positions
+//! 0 and 1; steps 1..14 run one token, `proj(E_{j-1}(code j))`, at position j+1. The
+//! cache is per batch row (fresh every frame), so rows index it directly.
+
+use tts_model::config::NUM_CODE_GROUPS;
+
+use crate::device::{Arg, Gpu};
+use crate::error::CudaError;
+use crate::linear::{linear, Act, Rows};
+use crate::stack::{run_layers, Attention, Kv, Tokens};
+use crate::weights::{DevCodePredictor, DevTalker};
+use crate::workspace::Workspace;
+
+/// Enqueues the 15-step loop for `b` rows. Reads `ws.inputs` (row slots, cp row maps);
+/// the completed frames land in `ws.frames[..b]` and in the slots' frames.
+pub fn predict(
+    gpu: &Gpu,
+    t: &DevTalker,
+    cp: &DevCodePredictor,
+    ws: &Workspace,
+    b: usize,
+) -> Result<(), CudaError> {
+    let th = t.stack.dims.hidden;
+    let ch = cp.stack.dims.hidden;
+    let lay = &ws.layout;
+    let slots = ws.inputs.at(lay.row_slots);
+    let (rows1, rows2) = (ws.inputs.at(lay.cp_rows1), ws.inputs.at(lay.cp_rows2));
+    let g = NUM_CODE_GROUPS as i32;
+    gpu.launch(
+        "gather_u32",
+        (b as u32, 1, 1),
+        256,
+        &[
+            Arg::P(ws.slot_hidden.ptr),
+            Arg::I(th as i32),
+            Arg::I(th as i32),
+            Arg::P(slots),
+            Arg::I(b as i32),
+            Arg::P(ws.cp_h.ptr),
+            Arg::I(th as i32),
+        ],
+    )?;
+    gpu.launch(
+        "gather_u32",
+        (b as u32, 1, 1),
+        32,
+        &[
+            Arg::P(ws.slot_frames.ptr),
+            Arg::I(g),
+            Arg::I(g),
+            Arg::P(slots),
+            Arg::I(b as i32),
+            Arg::P(ws.frames.ptr),
+            Arg::I(g),
+        ],
+    )?;
+    // Step 0 inputs, interleaved rows [hidden_r, code0_r].
+    let h_rows = Rows {
+        ptr: ws.cp_h.ptr,
+        ld: th,
+        count: b,
+    };
+    match &cp.projection {
+        Some(p) => linear(
+            gpu,
+            p,
+            h_rows,
+            None,
+            Act::None,
+            None,
+            ws.cp_x.ptr,
+            2 * ch,
+            &ws.scratch,
+        )?,
+        None => gpu.launch(
+            "copy_rows",
+            (b as u32, 1, 1),
+            256,
+            &[
+                Arg::P(ws.cp_h.ptr),
+                Arg::I(th as i32),
+                Arg::P(ws.cp_x.ptr),
+                Arg::I(2 * ch as i32),
+                Arg::I(ch as i32),
+                Arg::I(b as i32),
+            ],
+        )?,
+    }
+    gpu.launch(
+        "cp_first_input",
+        (b as u32, 1, 1),
+        256,
+        &[
+            Arg::P(cp.folded_code0.as_ref().map_or(0, |f| f.ptr)),
+            Arg::P(t.codec_embedding.ptr),
+            Arg::I(ch as i32),
+            Arg::P(ws.frames.ptr),
+            Arg::I(b as i32),
+            Arg::P(ws.cp_x.ptr),
+        ],
+    )?;
+    let kv = Kv {
+        k: ws.cp_k_cache.ptr,
+        v: ws.cp_v_cache.ptr,
+        rows: ws.limits.max_batch,
+        max_pos: NUM_CODE_GROUPS,
+    };
+    let bmax = ws.limits.max_batch;
+    let tok = Tokens {
+        x: ws.cp_x.ptr,
+        n: 2 * b,
+        slots: rows2,
+        positions: ws.cp_pos.ptr,
+    };
+    run_layers(
+        gpu,
+        &cp.stack,
+        ws,
+        tok,
+        kv,
+        Attention::FusedShort { tokens_per_row: 2 },
+    )?;
+    // The head reads each row's second token.
+    let mut last = Rows {
+        ptr: ws.cp_x.at(ch),
+        ld: 2 * ch,
+        count: b,
+    };
+    for j in 0..NUM_CODE_GROUPS - 1 {
+        if j > 0 {
+            gpu.launch(
+                "cp_step_input",
+                (b as u32, 1, 1),
+                256,
+                &[
+                    Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
+                    Arg::P(cp.embeddings.ptr),
+                    Arg::I(ch as i32),
+                    Arg::I(cp.vocab as i32),
+                    Arg::P(ws.frames.ptr),
+                    Arg::I(j as i32),
+                    Arg::I(b as i32),
+                    Arg::P(ws.cp_x.ptr),
+                    Arg::I(ch as i32),
+                ],
+            )?;
+            let positions = ws.cp_pos.at(2 * bmax + (j - 1) * bmax);
+            let tok = Tokens {
+                x: ws.cp_x.ptr,
+                n: b,
+                slots: rows1,
+                positions,
+            };
+            run_layers(
+                gpu,
+                &cp.stack,
+                ws,
+                tok,
+                kv,
+                Attention::FusedShort { tokens_per_row: 1 },
+            )?;
+            last = Rows {
+                ptr: ws.cp_x.ptr,
+                ld: ch,
+                count: b,
+            };
+        }
+        let head = &cp.lm_heads[j];
+        linear(
+            gpu,
+            head,
+            last,
+            Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)),
+            Act::None,
+            None,
+            ws.logits.ptr,
+            head.n,
+            &ws.scratch,
+        )?;
+        gpu.launch(
+            "sample_cp",
+            (b as u32, 1, 1),
+            256,
+            &[
+                Arg::P(ws.logits.ptr),
+                Arg::I(head.n as i32),
+                Arg::I(b as i32),
+                Arg::P(slots),
+                Arg::P(ws.params.ptr),
+                Arg::I(j as i32 + 1),
+                Arg::P(ws.frames.ptr),
+            ],
+        )?;
+    }
+    gpu.launch(
+        "scatter_u32",
+        (b as u32, 1, 1),
+        32,
+        &[
+            Arg::P(ws.frames.ptr),
+            Arg::I(g),
+            Arg::I(g),
+            Arg::P(slots),
+            Arg::I(b as i32),
+            Arg::P(ws.slot_frames.ptr),
+            Arg::I(g),
+        ],
+    )
+}

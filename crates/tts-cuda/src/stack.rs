@@ -1,0 +1,234 @@
+//! One decoder stack on the GPU (talker or code predictor), as a sequence of launches:
+//! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write -> attention -> O GEMV
+//! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual).
+//! Pure enqueueing: no allocation and no host sync, so it can be graph-captured.
+
+use crate::device::{Arg, Gpu};
+use crate::error::CudaError;
+use crate::linear::{linear, Act, Rows};
+use crate::weights::DevStack;
+use crate::workspace::Workspace;
+
+/// Where a stack's tokens live and which cache rows they use.
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens {
+    /// Residual stream `[n][hidden]` (updated in place).
+    pub x: u64,
+    pub n: usize,
+    /// `[n]` cache row (slot or batch row) of each token, -1 for padding.
+    pub slots: u64,
+    /// `[n]` position of each token.
+    pub positions: u64,
+}
+
+/// A stack's KV cache: bf16 `[layer][rows][max_pos][kv_dim]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Kv {
+    pub k: u64,
+    pub v: u64,
+    pub rows: usize,
+    pub max_pos: usize,
+}
+
+/// How attention runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attention {
+    /// QK-norm/RoPE/KV write, then attention over the cache: any context length, any
+    /// tokens (prefill, decode).
+    Split,
+    /// One fused kernel per batch row with `tokens_per_row` consecutive tokens: short
+    /// contexts only (the code predictor).
+    FusedShort { tokens_per_row: usize },
+}
+
+/// Runs every layer of `s` over `tok` (final norm not applied).
+pub fn run_layers(
+    gpu: &Gpu,
+    s: &DevStack,
+    ws: &Workspace,
+    tok: Tokens,
+    kv: Kv,
+    mode: Attention,
+) -> Result<(), CudaError> {
+    let d = &s.dims;
+    let (h, qd, kvd) = (d.hidden, d.q_dim(), d.kv_dim());
+    let ldq = qd + 2 * kvd;
+    let layer_bytes = (kv.rows * kv.max_pos * kvd * ws.kv_elem) as u64;
+    let f32_kv = ws.kv_elem == 4;
+    for (l, layer) in s.layers.iter().enumerate() {
+        let (kc, vc) = (kv.k + l as u64 * layer_bytes, kv.v + l as u64 * layer_bytes);
+        let x = Rows {
+            ptr: tok.x,
+            ld: h,
+            count: tok.n,
+        };
+        linear(
+            gpu,
+            &layer.qkv,
+            x,
+            Some((layer.input_norm.ptr, d.rms_eps)),
+            Act::None,
+            None,
+            ws.qkv.ptr,
+            ldq,
+            &ws.scratch,
+        )?;
+        match mode {
+            Attention::Split => {
+                gpu.launch(
+                    if f32_kv {
+                        "qk_norm_rope_kv_f32"
+                    } else {
+                        "qk_norm_rope_kv"
+                    },
+                    (tok.n as u32, 1, 1),
+                    128,
+                    &[
+                        Arg::P(ws.qkv.ptr),
+                        Arg::I(ldq as i32),
+                        Arg::I(tok.n as i32),
+                        Arg::P(tok.slots),
+                        Arg::P(tok.positions),
+                        Arg::P(layer.q_norm.ptr),
+                        Arg::P(layer.k_norm.ptr),
+                        Arg::F(d.rms_eps),
+                        Arg::P(s.inv_freq.ptr),
+                        Arg::I(d.heads as i32),
+                        Arg::I(d.kv_heads as i32),
+                        Arg::I(d.head_dim as i32),
+                        Arg::P(kc),
+                        Arg::P(vc),
+                        Arg::I(kv.max_pos as i32),
+                    ],
+                )?;
+                gpu.launch(
+                    if f32_kv {
+                        "decode_attention_f32"
+                    } else {
+                        "decode_attention"
+                    },
+                    (d.heads as u32, tok.n as u32, 1),
+                    128,
+                    &[
+                        Arg::P(ws.qkv.ptr),
+                        Arg::I(ldq as i32),
+                        Arg::I(tok.n as i32),
+                        Arg::P(tok.slots),
+                        Arg::P(tok.positions),
+                        Arg::P(kc),
+                        Arg::P(vc),
+                        Arg::I(kv.max_pos as i32),
+                        Arg::I(d.heads as i32),
+                        Arg::I(d.kv_heads as i32),
+                        Arg::I(d.head_dim as i32),
+                        Arg::I(0),
+                        Arg::P(ws.attn.ptr),
+                        Arg::I(qd as i32),
+                    ],
+                )?;
+            }
+            Attention::FusedShort { tokens_per_row } => {
+                let rows = tok.n / tokens_per_row;
+                gpu.launch(
+                    if f32_kv {
+                        "short_attention_f32"
+                    } else {
+                        "short_attention"
+                    },
+                    (rows as u32, 1, 1),
+                    256,
+                    &[
+                        Arg::P(ws.qkv.ptr),
+                        Arg::I(ldq as i32),
+                        Arg::I(rows as i32),
+                        Arg::I(tokens_per_row as i32),
+                        Arg::P(tok.slots),
+                        Arg::P(tok.positions),
+                        Arg::P(layer.q_norm.ptr),
+                        Arg::P(layer.k_norm.ptr),
+                        Arg::F(d.rms_eps),
+                        Arg::P(s.inv_freq.ptr),
+                        Arg::I(d.heads as i32),
+                        Arg::I(d.kv_heads as i32),
+                        Arg::I(d.head_dim as i32),
+                        Arg::P(kc),
+                        Arg::P(vc),
+                        Arg::I(kv.max_pos as i32),
+                        Arg::P(ws.attn.ptr),
+                        Arg::I(qd as i32),
+                    ],
+                )?;
+            }
+        }
+        let a = Rows {
+            ptr: ws.attn.ptr,
+            ld: qd,
+            count: tok.n,
+        };
+        linear(
+            gpu,
+            &layer.o,
+            a,
+            None,
+            Act::None,
+            Some((tok.x, h)),
+            tok.x,
+            h,
+            &ws.scratch,
+        )?;
+        linear(
+            gpu,
+            &layer.gate_up,
+            x,
+            Some((layer.post_norm.ptr, d.rms_eps)),
+            Act::SwigluPairs,
+            None,
+            ws.gu.ptr,
+            d.intermediate,
+            &ws.scratch,
+        )?;
+        let g = Rows {
+            ptr: ws.gu.ptr,
+            ld: d.intermediate,
+            count: tok.n,
+        };
+        linear(
+            gpu,
+            &layer.down,
+            g,
+            None,
+            Act::None,
+            Some((tok.x, h)),
+            tok.x,
+            h,
+            &ws.scratch,
+        )?;
+    }
+    Ok(())
+}
+
+/// `out[r] = final_norm(x[r])` for `n` rows of width `h` (ld `ldx`).
+pub fn final_norm(
+    gpu: &Gpu,
+    s: &DevStack,
+    x: u64,
+    ldx: usize,
+    n: usize,
+    out: u64,
+) -> Result<(), CudaError> {
+    gpu.launch(
+        "rms_norm_rows",
+        (n as u32, 1, 1),
+        256,
+        &[
+            Arg::P(x),
+            Arg::I(ldx as i32),
+            Arg::I(s.dims.hidden as i32),
+            Arg::P(s.norm.ptr),
+            Arg::F(s.dims.rms_eps),
+            Arg::P(out),
+            Arg::I(s.dims.hidden as i32),
+            Arg::I(n as i32),
+        ],
+    )
+}

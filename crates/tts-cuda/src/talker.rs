@@ -1,0 +1,322 @@
+//! The talker on the GPU: prefill (eager, variable length) and the generation step
+//! (fixed shapes per batch bucket, graph-captured by the backend).
+//!
+//! Both end the same way: final norm + codec head on each row's last token, the normed
+//! hidden state stored in the slot (the code predictor's input), code 0 sampled on the
+//! device and written to the slot's frame.
+
+use tts_model::config::NUM_CODE_GROUPS;
+
+use crate::device::{Arg, Gpu};
+use crate::error::CudaError;
+use crate::linear::{linear, Act, Rows};
+use crate::stack::{final_norm, run_layers, Attention, Kv, Tokens};
+use crate::weights::{DevCodePredictor, DevTalker};
+use crate::workspace::Workspace;
+
+/// Fixed facts the sampler needs.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleRules {
+    pub eos: i32,
+    pub suppress_from: i32,
+    pub min_new: i32,
+}
+
+/// The talker's KV cache view.
+pub fn talker_kv(ws: &Workspace) -> Kv {
+    Kv {
+        k: ws.k_cache.ptr,
+        v: ws.v_cache.ptr,
+        rows: ws.limits.max_slots,
+        max_pos: ws.limits.max_positions,
+    }
+}
+
+/// `out[r] = T(ids[r])`: text embedding, fc1 + SiLU, fc2, for `n` rows.
+fn text_vectors(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &Workspace,
+    ids: u64,
+    n: usize,
+    out: u64,
+) -> Result<(), CudaError> {
+    let th = t.text_hidden;
+    gpu.launch(
+        "gather_rows",
+        (n as u32, 1, 1),
+        256,
+        &[
+            Arg::P(t.text_embedding.ptr),
+            Arg::I(th as i32),
+            Arg::P(ids),
+            Arg::I(n as i32),
+            Arg::P(ws.text_in.ptr),
+            Arg::I(th as i32),
+            Arg::I(0),
+        ],
+    )?;
+    let r = Rows {
+        ptr: ws.text_in.ptr,
+        ld: th,
+        count: n,
+    };
+    linear(
+        gpu,
+        &t.fc1,
+        r,
+        None,
+        Act::Silu,
+        None,
+        ws.text_h.ptr,
+        th,
+        &ws.scratch,
+    )?;
+    let r = Rows {
+        ptr: ws.text_h.ptr,
+        ld: th,
+        count: n,
+    };
+    linear(
+        gpu,
+        &t.fc2,
+        r,
+        None,
+        Act::None,
+        None,
+        out,
+        t.stack.dims.hidden,
+        &ws.scratch,
+    )
+}
+
+/// From the last-token rows in `ws.last` (`n` of them): logits, normed hidden stored per
+/// slot, code 0 sampled into `ws.codes` and the slots' frames.
+fn finish_rows(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &Workspace,
+    n: usize,
+    slots: u64,
+    rules: SampleRules,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
+    let vocab = t.codec_head.n;
+    let r = Rows {
+        ptr: ws.last.ptr,
+        ld: h,
+        count: n,
+    };
+    linear(
+        gpu,
+        &t.codec_head,
+        r,
+        Some((t.stack.norm.ptr, t.stack.dims.rms_eps)),
+        Act::None,
+        None,
+        ws.logits.ptr,
+        vocab,
+        &ws.scratch,
+    )?;
+    final_norm(gpu, &t.stack, ws.last.ptr, h, n, ws.hidden.ptr)?;
+    gpu.launch(
+        "scatter_u32",
+        (n as u32, 1, 1),
+        256,
+        &[
+            Arg::P(ws.hidden.ptr),
+            Arg::I(h as i32),
+            Arg::I(h as i32),
+            Arg::P(slots),
+            Arg::I(n as i32),
+            Arg::P(ws.slot_hidden.ptr),
+            Arg::I(h as i32),
+        ],
+    )?;
+    gpu.launch(
+        "sample_talker",
+        (n as u32, 1, 1),
+        256,
+        &[
+            Arg::P(ws.logits.ptr),
+            Arg::I(vocab as i32),
+            Arg::I(n as i32),
+            Arg::P(slots),
+            Arg::P(ws.params.ptr),
+            Arg::P(ws.seen.ptr),
+            Arg::I(ws.seen_words as i32),
+            Arg::I(rules.eos),
+            Arg::I(rules.suppress_from),
+            Arg::I(rules.min_new),
+            Arg::P(ws.codes.ptr),
+            Arg::I(1),
+        ],
+    )?;
+    gpu.launch(
+        "scatter_u32",
+        (n as u32, 1, 1),
+        32,
+        &[
+            Arg::P(ws.codes.ptr),
+            Arg::I(1),
+            Arg::I(1),
+            Arg::P(slots),
+            Arg::I(n as i32),
+            Arg::P(ws.slot_frames.ptr),
+            Arg::I(NUM_CODE_GROUPS as i32),
+        ],
+    )
+}
+
+/// A prefill call's token layout (host side).
+pub struct PrefillPlan {
+    /// Per token: text id, codec id (-1 none), slot, position.
+    pub text: Vec<i32>,
+    pub codec: Vec<i32>,
+    pub slots: Vec<i32>,
+    pub positions: Vec<i32>,
+    /// Per row: index of its last token, and its slot.
+    pub last: Vec<i32>,
+    pub row_slots: Vec<i32>,
+}
+
+/// Enqueues a prefill of `plan` (all tokens at once). Codes land in `ws.codes[..rows]`.
+pub fn prefill(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &mut Workspace,
+    plan: &PrefillPlan,
+    rules: SampleRules,
+) -> Result<(), CudaError> {
+    let n = plan.text.len();
+    let rows = plan.last.len();
+    let h = t.stack.dims.hidden;
+    if n > ws.limits.max_prefill_tokens.max(2 * ws.limits.max_batch) || rows > ws.limits.max_batch {
+        return Err(CudaError::Shape(format!(
+            "prefill of {n} tokens / {rows} rows exceeds the workspace"
+        )));
+    }
+    // ints: text | codec | slots | positions | last + row_slots
+    let mut ints = Vec::with_capacity(5 * n);
+    ints.extend(&plan.text);
+    ints.extend(&plan.codec);
+    ints.extend(&plan.slots);
+    ints.extend(&plan.positions);
+    ints.extend(&plan.last);
+    ints.extend(&plan.row_slots);
+    gpu.write(&mut ws.prefill_ints, &ints)?;
+    let p = |region: usize| ws.prefill_ints.at(region * n);
+    let (text_ids, codec_ids, slots, positions) = (p(0), p(1), p(2), p(3));
+    let last = p(4);
+    let row_slots = ws.prefill_ints.at(4 * n + rows);
+
+    text_vectors(gpu, t, ws, text_ids, n, ws.x.ptr)?;
+    gpu.launch(
+        "gather_rows",
+        (n as u32, 1, 1),
+        256,
+        &[
+            Arg::P(t.codec_embedding.ptr),
+            Arg::I(h as i32),
+            Arg::P(codec_ids),
+            Arg::I(n as i32),
+            Arg::P(ws.x.ptr),
+            Arg::I(h as i32),
+            Arg::I(1),
+        ],
+    )?;
+    let tok = Tokens {
+        x: ws.x.ptr,
+        n,
+        slots,
+        positions,
+    };
+    run_layers(gpu, &t.stack, ws, tok, talker_kv(ws), Attention::Split)?;
+    gpu.launch(
+        "gather_u32",
+        (rows as u32, 1, 1),
+        256,
+        &[
+            Arg::P(ws.x.ptr),
+            Arg::I(h as i32),
+            Arg::I(h as i32),
+            Arg::P(last),
+            Arg::I(rows as i32),
+            Arg::P(ws.last.ptr),
+            Arg::I(h as i32),
+        ],
+    )?;
+    finish_rows(gpu, t, ws, rows, row_slots, rules)
+}
+
+/// Enqueues one generation step for `b` rows (a bucket; padding rows have slot -1). Reads
+/// `ws.inputs` (row slots, positions, text ids); codes land in `ws.codes[..b]`.
+pub fn step(
+    gpu: &Gpu,
+    t: &DevTalker,
+    cp: &DevCodePredictor,
+    ws: &Workspace,
+    b: usize,
+    rules: SampleRules,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
+    let lay = &ws.layout;
+    let (slots, positions, text_ids) = (
+        ws.inputs.at(lay.row_slots),
+        ws.inputs.at(lay.step_pos),
+        ws.inputs.at(lay.text_ids),
+    );
+    text_vectors(gpu, t, ws, text_ids, b, ws.last.ptr)?;
+    gpu.launch(
+        "gather_u32",
+        (b as u32, 1, 1),
+        32,
+        &[
+            Arg::P(ws.slot_frames.ptr),
+            Arg::I(NUM_CODE_GROUPS as i32),
+            Arg::I(NUM_CODE_GROUPS as i32),
+            Arg::P(slots),
+            Arg::I(b as i32),
+            Arg::P(ws.frames.ptr),
+            Arg::I(NUM_CODE_GROUPS as i32),
+        ],
+    )?;
+    gpu.launch(
+        "frame_embedding",
+        (b as u32, 1, 1),
+        256,
+        &[
+            Arg::P(t.codec_embedding.ptr),
+            Arg::P(cp.embeddings.ptr),
+            Arg::I(h as i32),
+            Arg::P(ws.frames.ptr),
+            Arg::P(ws.last.ptr),
+            Arg::I(h as i32),
+            Arg::P(ws.x.ptr),
+            Arg::I(h as i32),
+            Arg::I(b as i32),
+            Arg::I(cp.vocab as i32),
+        ],
+    )?;
+    let tok = Tokens {
+        x: ws.x.ptr,
+        n: b,
+        slots,
+        positions,
+    };
+    run_layers(gpu, &t.stack, ws, tok, talker_kv(ws), Attention::Split)?;
+    gpu.launch(
+        "copy_rows",
+        (b as u32, 1, 1),
+        256,
+        &[
+            Arg::P(ws.x.ptr),
+            Arg::I(h as i32),
+            Arg::P(ws.last.ptr),
+            Arg::I(h as i32),
+            Arg::I(h as i32),
+            Arg::I(b as i32),
+        ],
+    )?;
+    finish_rows(gpu, t, ws, b, slots, rules)
+}

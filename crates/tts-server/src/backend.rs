@@ -1,0 +1,78 @@
+//! Choosing and building the backend: the one place where a device name becomes a
+//! `Backend` (CPU reference or CUDA).
+
+use anyhow::Context;
+use tts_model::reference::CpuBackend;
+use tts_model::{Backend, Model};
+
+/// Device selection: `cpu`, `cuda` or `cuda:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}` (use cpu, cuda or cuda:N)")),
+        }
+    }
+}
+
+/// Sizes a backend is built for.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendSize {
+    pub max_slots: usize,
+    pub max_batch: usize,
+    pub max_positions: usize,
+}
+
+impl Default for BackendSize {
+    fn default() -> Self {
+        Self {
+            max_slots: 64,
+            max_batch: 64,
+            max_positions: 2048,
+        }
+    }
+}
+
+/// Builds the backend for `device`.
+pub fn create(
+    model: &Model,
+    device: Device,
+    size: BackendSize,
+) -> anyhow::Result<Box<dyn Backend>> {
+    Ok(match device {
+        Device::Cpu => Box::new(CpuBackend::new(model, size.max_slots)?),
+        Device::Cuda(n) => Box::new(create_cuda(model, n, size)?),
+    })
+}
+
+/// Builds the CUDA backend (graphs captured lazily; see `warm_up`).
+pub fn create_cuda(
+    model: &Model,
+    device: usize,
+    size: BackendSize,
+) -> anyhow::Result<tts_cuda::CudaBackend> {
+    let opts = tts_cuda::CudaOptions {
+        device,
+        limits: tts_cuda::workspace::Limits {
+            max_slots: size.max_slots,
+            max_positions: size.max_positions,
+            max_batch: size.max_batch,
+            ..Default::default()
+        },
+        graphs: std::env::var("QWEN3_TTS_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+        gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
+    };
+    tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
+}

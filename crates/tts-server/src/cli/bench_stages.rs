@@ -1,0 +1,93 @@
+//! `qwen3-tts bench-stages`: per-stage GPU latency for each batch size, printed as a table
+//! and saved as JSON (with the achieved weight bandwidth next to the 4.3 TB/s ceiling).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use tts_model::{LoadOptions, Model};
+
+use crate::backend::{create_cuda, BackendSize};
+
+#[derive(Debug, Args)]
+pub struct BenchStagesArgs {
+    /// Model: checkpoint directory or `random:1.7b` / `random:0.6b` / `demo`.
+    #[arg(long, default_value = "random:1.7b")]
+    pub model: String,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub cuda_device: usize,
+    /// Batch sizes to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+    pub batches: Vec<usize>,
+    /// Timed repetitions per stage (the median is reported).
+    #[arg(long, default_value_t = 30)]
+    pub iters: usize,
+    /// Frames per codec decode call.
+    #[arg(long, default_value_t = 2)]
+    pub codec_frames: usize,
+    /// Also time GEMV launches on the release layer shapes.
+    #[arg(long)]
+    pub kernels: bool,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
+    let model = Model::load(&a.model, LoadOptions::default())?;
+    let max_batch = a
+        .batches
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .next_power_of_two();
+    let size = BackendSize {
+        max_slots: max_batch,
+        max_batch,
+        max_positions: 512,
+    };
+    let mut b = create_cuda(&model, a.cuda_device, size)?;
+    let mut kernel_json = Vec::new();
+    if a.kernels {
+        println!("{:<48} {:>10} {:>8}", "kernel", "us", "TB/s");
+        for k in tts_cuda::bench::bench_gemv(b.gpu())? {
+            println!("{:<48} {:>10.2} {:>8.2}", k.name, k.us, k.tb_per_s);
+            kernel_json
+                .push(serde_json::json!({"kernel": k.name, "us": k.us, "tb_per_s": k.tb_per_s}));
+        }
+    }
+    let device = tts_model::Backend::info(&b).device.clone();
+    let rows = tts_cuda::bench::bench_stages(&mut b, &model, &a.batches, a.iters, a.codec_frames)?;
+    println!("model {} on {device}", model.name);
+    println!(
+        "{:<16} {:>6} {:>10} {:>10} {:>12}",
+        "stage", "batch", "gpu ms", "api ms", "weights TB/s"
+    );
+    let mut json = Vec::new();
+    for r in &rows {
+        println!(
+            "{:<16} {:>6} {:>10.3} {:>10.3} {:>12.2}",
+            r.stage,
+            r.batch,
+            r.ms,
+            r.api_ms,
+            r.tb_per_s()
+        );
+        json.push(serde_json::json!({
+            "stage": r.stage, "batch": r.batch, "gpu_ms": r.ms, "api_ms": r.api_ms,
+            "weight_bytes": r.weight_bytes, "weight_tb_per_s": r.tb_per_s(),
+        }));
+    }
+    if let Some(path) = &a.out {
+        let doc = serde_json::json!({
+            "model": model.name, "device": device, "iters": a.iters,
+            "codec_frames": a.codec_frames, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
+            "kernels": kernel_json,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
