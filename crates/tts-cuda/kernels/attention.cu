@@ -84,6 +84,8 @@ QK_ENTRY(qk_norm_rope_kv_f32, float)
 // lo..pos of its slot, lo = window ? max(0, pos+1-window) : 0. Each warp takes every 4th
 // position with an online softmax; warps are merged at the end. out: f32 [T][ldo], head h
 // at column h*hd. Lanes hold head dims lane, lane+32, ... (hd <= 128).
+#define DA_U 4
+
 template <typename KV>
 __device__ __forceinline__ void decode_attention_body(const float* __restrict__ qkv, int ldq, int T,
                                             const int* __restrict__ slots,
@@ -113,25 +115,35 @@ __device__ __forceinline__ void decode_attention_body(const float* __restrict__ 
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
     const KV* kbase = k_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
     const KV* vbase = v_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
-    for (int p = lo + warp; p <= pos; p += NW) {
-        const KV* kr = kbase + (size_t)p * kvd;
-        float s = 0.f;
+    // Positions in groups of DA_U per warp, all loads of a group issued before use.
+    for (int p0 = lo + warp; p0 <= pos; p0 += NW * DA_U) {
+        float sc[DA_U], vv[DA_U][E];
 #pragma unroll
-        for (int e = 0; e < E; e++) {
-            int i = lane + 32 * e;
-            if (i < hd) s += qv[e] * kv_load(kr + i);
-        }
-        s = warp_sum(s) * scale;
-        float nm = fmaxf(mx, s);
-        float corr = expf(mx - nm), w = expf(s - nm);
-        l = l * corr + w;
-        const KV* vr = vbase + (size_t)p * kvd;
+        for (int u = 0; u < DA_U; u++) {
+            int p = p0 + u * NW;
+            const KV* kr = kbase + (size_t)p * kvd;
+            const KV* vr = vbase + (size_t)p * kvd;
+            float part = 0.f;
 #pragma unroll
-        for (int e = 0; e < E; e++) {
-            int i = lane + 32 * e;
-            acc[e] = acc[e] * corr + (i < hd ? w * kv_load(vr + i) : 0.f);
+            for (int e = 0; e < E; e++) {
+                int i = lane + 32 * e;
+                bool ok = p <= pos && i < hd;
+                part += ok ? qv[e] * kv_load(kr + i) : 0.f;
+                vv[u][e] = ok ? kv_load(vr + i) : 0.f;
+            }
+            sc[u] = part;
         }
-        mx = nm;
+#pragma unroll
+        for (int u = 0; u < DA_U; u++) {
+            if (p0 + u * NW > pos) break;
+            float s = warp_sum(sc[u]) * scale;
+            float nm = fmaxf(mx, s);
+            float corr = expf(mx - nm), w = expf(s - nm);
+            l = l * corr + w;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[e] = acc[e] * corr + w * vv[u][e];
+            mx = nm;
+        }
     }
     __shared__ float s_m[NW], s_l[NW], s_acc[NW][128];
     if (lane == 0) { s_m[warp] = mx; s_l[warp] = l; }
@@ -180,12 +192,14 @@ DA_ENTRY(decode_attention_f32, float)
 
 // Fused attention for short contexts (the code predictor, <= 16 positions): one block of
 // 256 threads per batch row handles that row's `tpr` consecutive tokens in order (1, or
-// 2 for the first step). For each token: QK-norm + RoPE of q and k, k/v stored (bf16) in
+// 2 for the first step; 512 threads, one warp per q head). For each token: QK-norm + RoPE of q and k, k/v stored (bf16) in
 // the row's cache at `pos`, then attention of every q head over positions 0..pos, read
 // back from the cache (the block's own writes are visible after the barrier). Tokens are
 // rows*tpr rows of qkv/out; token i of row r is qkv row r*tpr + i at position
 // positions[r*tpr + i]; rows with slots[r*tpr] < 0 are skipped. hd <= 128, positions
-// < max_pos <= 64.
+// < SHORT_MAXP (16).
+#define SHORT_MAXP 16
+
 template <typename KV>
 __device__ __forceinline__ void short_attention_body(
     float* qkv, int ldq, int rows, int tpr, const int* __restrict__ slots,
@@ -231,38 +245,56 @@ __device__ __forceinline__ void short_attention_body(
         const float* v = row + (heads + kvh) * hd;
         for (int e = threadIdx.x; e < kvd; e += blockDim.x) kv_store(v_cache + base + (size_t)pos * kvd + e, v[e]);
         __syncthreads();
-        // 2. attention, one warp per q head: lanes hold head dims, positions in turn
+        // 2. attention, one warp per q head. Every position's keys and values are loaded
+        //    before any is used (positions <= SHORT_MAXP, unrolled), so the warp waits for
+        //    memory once, not once per position.
         float scale = 1.0f / sqrtf((float)hd);
         for (int h = warp; h < heads; h += nw) {
             int g = h / rep;
             const float* q = row + h * hd;
-            float qv[4], acc[4];
+            float qv[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int i = lane + 32 * e;
                 qv[e] = i < hd ? q[i] : 0.f;
-                acc[e] = 0.f;
             }
-            float mx = NEG_INF, l = 0.f;
-            for (int p = 0; p <= pos; p++) {
-                const KV* kr = k_cache + base + (size_t)p * kvd + (size_t)g * hd;
-                const KV* vr = v_cache + base + (size_t)p * kvd + (size_t)g * hd;
-                float sc = 0.f;
+            const KV* kb = k_cache + base + (size_t)g * hd;
+            const KV* vb = v_cache + base + (size_t)g * hd;
+            float sc[SHORT_MAXP];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int i = lane + 32 * e;
-                    if (i < hd) sc += qv[e] * kv_load(kr + i);
-                }
-                sc = warp_sum(sc) * scale;
-                float nm = fmaxf(mx, sc);
-                float corr = expf(mx - nm), wgt = expf(sc - nm);
-                l = l * corr + wgt;
+            for (int p = 0; p < SHORT_MAXP; p++) {
+                float part = 0.f;
+                if (p <= pos) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int i = lane + 32 * e;
-                    acc[e] = acc[e] * corr + (i < hd ? wgt * kv_load(vr + i) : 0.f);
+                    for (int e = 0; e < 4; e++) {
+                        int i = lane + 32 * e;
+                        if (i < hd) part += qv[e] * kv_load(kb + (size_t)p * kvd + i);
+                    }
                 }
-                mx = nm;
+                sc[p] = part;
+            }
+            float mx = NEG_INF;
+#pragma unroll
+            for (int p = 0; p < SHORT_MAXP; p++) {
+                sc[p] = warp_sum(sc[p]) * scale;
+                if (p <= pos) mx = fmaxf(mx, sc[p]);
+            }
+            float l = 0.f;
+#pragma unroll
+            for (int p = 0; p < SHORT_MAXP; p++) {
+                sc[p] = p <= pos ? expf(sc[p] - mx) : 0.f;
+                l += sc[p];
+            }
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int p = 0; p < SHORT_MAXP; p++) {
+                if (p <= pos) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int i = lane + 32 * e;
+                        if (i < hd) acc[e] += sc[p] * kv_load(vb + (size_t)p * kvd + i);
+                    }
+                }
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -275,7 +307,7 @@ __device__ __forceinline__ void short_attention_body(
 }
 
 #define SA_ENTRY(NAME, KV)                                                                      \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+    extern "C" __global__ void __launch_bounds__(512) NAME(                                    \
         float* qkv, int ldq, int rows, int tpr, const int* __restrict__ slots,                  \
         const int* __restrict__ positions, const float* __restrict__ q_norm,                    \
         const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq,        \

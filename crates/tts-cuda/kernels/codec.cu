@@ -1,1 +1,387 @@
-// codec.cu — (placeholder until the GPU codec lands)
+// codec.cu — the 12 Hz codec decoder, incremental and batched over streams (slots).
+//
+// Everything around cuBLAS: convolutions are an im2col kernel (reading the slot's history
+// and the new input, applying the preceding SnakeBeta / GELU on the fly) followed by one
+// f32/TF32 GEMM; biases ride in the GEMM as an extra "ones" column (see below).
+//
+// Layouts (all f32, time-major): an activation is [steps][ld] with `ld >= channels`.
+//   A GEMM input with a bias has ld = Kp = roundup(K + 1, 4): column K is 1.0 and
+//   columns K+1..Kp-1 are 0, matching a weight row [W | b | 0..]. Kernels that produce
+//   such inputs write those columns themselves (`codec_im2col`, `codec_act_pad`,
+//   `codec_rms_norm`, `codec_dw_ln`).
+// A call ("pass") decodes `frames` frames of `nrows` rows (one row = one slot's new
+//   frames, contiguous). At a layer running at `rate` steps per frame, global step s
+//   belongs to frame s / rate; the row's local step is s - first_frame * rate.
+// Pass metadata `meta` (int32, R = row capacity): row_slot[R] (-1 = padding row),
+//   row_parity[R], row_first_frame[R], row_frames[R], row_position[R] (absolute position
+//   of the row's first frame), then frame_row[frames] (-1 = padding frame: its outputs
+//   are zeros or garbage and it touches no state).
+// Per-slot state: `state + slot * slot_stride`. A causal layer with context `ctx` steps of
+//   `cin` channels owns 2 * ctx * cin floats at `hist_off`: two copies of its history
+//   (raw inputs, before any activation). A pass reads copy `parity` and writes the
+//   updated history into copy 1 - parity (the host flips the slot's parity after each
+//   pass), so reading and updating need no ordering inside one launch. A transformer
+//   layer owns a KV ring at `kv_off`: K [ring][kvh*hd] then V [ring][kvh*hd], position p
+//   at row p % ring, keys stored after RoPE; ring >= window - 1 + frames of any row.
+// Grids: "step" kernels use one block per output step plus, when the layer has history,
+//   nrows * ctx more blocks that each write one step of the updated history.
+// Limits: attention hd <= 128 (even), window <= 1024; codec_dw_ln channels <= 4096.
+
+struct CodecMeta {
+    const int* m;
+    int R;
+    __device__ __forceinline__ int slot(int r) const { return m[r]; }
+    __device__ __forceinline__ int parity(int r) const { return m[R + r]; }
+    __device__ __forceinline__ int first(int r) const { return m[2 * R + r]; }
+    __device__ __forceinline__ int len(int r) const { return m[3 * R + r]; }
+    __device__ __forceinline__ int pos(int r) const { return m[4 * R + r]; }
+    __device__ __forceinline__ int frame_row(int f) const { return m[5 * R + f]; }
+};
+
+// act 0: identity; 1: SnakeBeta x + inv_beta·sin²(alpha·x) (alpha = exp(α), inv_beta =
+// 1/(exp(β)+1e-9) precomputed per channel); 2: exact (erf) GELU.
+__device__ __forceinline__ float codec_act(float v, int act, const float* alpha,
+                                           const float* inv_beta, int ch) {
+    if (act == 1) {
+        float s = sinf(v * alpha[ch]);
+        return v + inv_beta[ch] * s * s;
+    }
+    if (act == 2) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    return v;
+}
+
+__device__ float codec_block_max(float v, float* scratch /* >= 33 floats */) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) scratch[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        float s = lane < nw ? scratch[lane] : NEG_INF;
+        for (int o = 16; o > 0; o >>= 1) s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, o));
+        if (lane == 0) scratch[32] = s;
+    }
+    __syncthreads();
+    return scratch[32];
+}
+
+// Input row `back` steps before the row's local step `ls`: from the new input `x` (global
+// step s - back) or, before the row's first step, from the slot's history copy `hist`.
+__device__ __forceinline__ const float* codec_src(const float* x, int ldx, size_t s, int ls,
+                                                  int back, const float* hist, int ctx,
+                                                  int cin) {
+    int src = ls - back;
+    return src >= 0 ? x + (s - back) * (size_t)ldx : hist + (size_t)(ctx + src) * cin;
+}
+
+// History-update block `hb`: step p of row `row`'s new history = the last ctx raw input
+// steps of [old history ; new input], written to the slot's other copy.
+__device__ void codec_hist_update(int hb, const float* x, int ldx, int cin, int ctx, int rate,
+                                  float* state, int slot_stride, int hist_off, CodecMeta meta,
+                                  int nrows) {
+    int row = hb / ctx, p = hb % ctx;
+    if (row >= nrows) return;
+    int slot = meta.slot(row);
+    if (slot < 0) return;
+    int par = meta.parity(row);
+    float* base = state + (size_t)slot * slot_stride + hist_off;
+    const float* old = base + (size_t)par * ctx * cin;
+    float* neu = base + (size_t)(1 - par) * ctx * cin;
+    int src = meta.len(row) * rate - ctx + p;
+    const float* s = src >= 0 ? x + ((size_t)meta.first(row) * rate + src) * ldx
+                              : old + (size_t)(ctx + src) * cin;
+    for (int i = threadIdx.x; i < cin; i += blockDim.x) neu[(size_t)p * cin + i] = s[i];
+}
+
+// RVQ lookups, one block per frame: z[f] = (cb_0[c_0], Σ_{q=1..nq-1} cb_q[c_q]) where
+// tables = f32 [nq][bins][half] (embedding_sum / max(usage, 1e-5)) and codes int32
+// [frames][nq]. The 1x1 output projections follow as one GEMM over z's 2*half columns.
+extern "C" __global__ void codec_rvq(const int* __restrict__ codes, const int* __restrict__ meta_p,
+                                     int R, const float* __restrict__ tables, int bins, int half,
+                                     int nq, float* z, int ld, int frames) {
+    int f = blockIdx.x;
+    if (f >= frames) return;
+    CodecMeta meta{meta_p, R};
+    float* out = z + (size_t)f * ld;
+    if (meta.frame_row(f) < 0) {
+        for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) out[i] = 0.f;
+        return;
+    }
+    const int* c = codes + (size_t)f * nq;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        int c0 = min(max(c[0], 0), bins - 1);
+        out[i] = tables[(size_t)c0 * half + i];
+        float s = 0.f;
+        for (int q = 1; q < nq; ++q) {
+            int cq = min(max(c[q], 0), bins - 1);
+            s += tables[((size_t)q * bins + cq) * half + i];
+        }
+        out[half + i] = s;
+    }
+}
+
+// im2col of a causal conv (taps k, dilation d, ctx = (k-1)·d) with the activation of its
+// input applied on the fly: col[s][j*cin + i] = act(x[s - (k-1-j)·d][i]), from the history
+// before the row's first step; then the ones/zero columns up to ldcol. A causal transposed
+// conv (kernel g·r, stride r) is the same with k = g, d = 1. hist_off < 0: no history
+// (ctx must be 0). Grid: steps + nrows*ctx blocks (the latter update the history).
+extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, int cin, int taps,
+                                        int dil, int rate, int act,
+                                        const float* __restrict__ alpha,
+                                        const float* __restrict__ inv_beta, float* state,
+                                        int slot_stride, int hist_off,
+                                        const int* __restrict__ meta_p, int R, int steps,
+                                        int nrows, float* __restrict__ col, int ldcol) {
+    CodecMeta meta{meta_p, R};
+    int ctx = (taps - 1) * dil;
+    if ((int)blockIdx.x >= steps) {
+        codec_hist_update(blockIdx.x - steps, x, ldx, cin, ctx, rate, state, slot_stride,
+                          hist_off, meta, nrows);
+        return;
+    }
+    size_t s = blockIdx.x;
+    int K = taps * cin;
+    float* out = col + s * ldcol;
+    int row = meta.frame_row((int)(s / rate));
+    if (row < 0) {
+        for (int c = threadIdx.x; c < ldcol; c += blockDim.x) out[c] = 0.f;
+        return;
+    }
+    int ls = (int)(s - (size_t)meta.first(row) * rate);
+    const float* hist = nullptr;
+    if (ctx > 0) {
+        hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
+               (size_t)meta.parity(row) * ctx * cin;
+    }
+    for (int j = 0; j < taps; ++j) {
+        const float* p = codec_src(x, ldx, s, ls, (taps - 1 - j) * dil, hist, ctx, cin);
+        float* o = out + j * cin;
+        for (int i = threadIdx.x; i < cin; i += blockDim.x)
+            o[i] = codec_act(p[i], act, alpha, inv_beta, i);
+    }
+    for (int c = K + threadIdx.x; c < ldcol; c += blockDim.x) out[c] = c == K ? 1.f : 0.f;
+}
+
+// In place, one block per row: x[r][0..c) = act(x[r][0..c)), x[r][c] = 1, x[r][c+1..ld) = 0
+// (when ld > c). With act 0 it only (re)writes the ones/zero columns.
+extern "C" __global__ void codec_act_pad(float* x, int ld, int c, int act,
+                                         const float* __restrict__ alpha,
+                                         const float* __restrict__ inv_beta, int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    float* xr = x + (size_t)r * ld;
+    if (act != 0)
+        for (int i = threadIdx.x; i < c; i += blockDim.x)
+            xr[i] = codec_act(xr[i], act, alpha, inv_beta, i);
+    for (int i = c + threadIdx.x; i < ld; i += blockDim.x) xr[i] = i == c ? 1.f : 0.f;
+}
+
+// RMSNorm, one block per row: out[r] = w ⊙ (x[r] / sqrt(mean(x[r]²) + eps)), then the
+// ones/zero columns up to ldo.
+extern "C" __global__ void codec_rms_norm(const float* __restrict__ x, int ldx, int c,
+                                          const float* __restrict__ w, float eps, float* out,
+                                          int ldo, int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    __shared__ float scratch[33];
+    const float* xr = x + (size_t)r * ldx;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < c; i += blockDim.x) s += xr[i] * xr[i];
+    s = block_sum(s, scratch);
+    float inv = 1.0f / sqrtf(s / (float)c + eps);
+    float* o = out + (size_t)r * ldo;
+    for (int i = threadIdx.x; i < c; i += blockDim.x) o[i] = w[i] * (xr[i] * inv);
+    for (int i = c + threadIdx.x; i < ldo; i += blockDim.x) o[i] = i == c ? 1.f : 0.f;
+}
+
+// SwiGLU, one block per row: out[r][i] = silu(gu[r][i]) * gu[r][inter + i] (gate rows of
+// the fused weight first, then up rows).
+extern "C" __global__ void codec_swiglu(const float* __restrict__ gu, int inter, float* out,
+                                        int rows) {
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    const float* g = gu + (size_t)r * 2 * inter;
+    for (int i = threadIdx.x; i < inter; i += blockDim.x)
+        out[(size_t)r * inter + i] = silu(g[i]) * g[inter + i];
+}
+
+// Rotate-half RoPE of element i of one head at `pos` (angle pos · inv_freq[i mod hd/2]).
+__device__ __forceinline__ float codec_rope(const float* x, int i, int half, float pos,
+                                            const float* __restrict__ inv_freq) {
+    int j = i < half ? i : i - half;
+    float a = pos * inv_freq[j];
+    float c = cosf(a), s = sinf(a);
+    return i < half ? x[i] * c - x[i + half] * s : x[i] * c + x[j] * s;
+}
+
+// Sliding-window attention with RoPE, one block (128 threads) per (frame, head).
+// qkv f32 [frames][ldq]: q (heads*hd) | k (kvh*hd) | v (kvh*hd), un-rotated. A query at
+// absolute position p sees keys max(0, p-window+1)..p: positions before the row's first
+// frame come from the slot's ring (already rotated), the row's new frames straight from
+// qkv (rotated here). The block of the first query head of each kv group also stores its
+// frame's rotated key and value in the ring (ring positions of this pass never alias the
+// older positions being read, as ring >= window - 1 + row frames).
+extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ldq, float* out,
+                                           int ldo, float* state, int slot_stride, int kv_off,
+                                           int ring, int heads, int kvh, int hd, int window,
+                                           float scale, const float* __restrict__ inv_freq,
+                                           const int* __restrict__ meta_p, int R) {
+    __shared__ float qs[128];
+    __shared__ float sc[1024];
+    __shared__ float scratch[33];
+    CodecMeta meta{meta_p, R};
+    int f = blockIdx.x, h = blockIdx.y;
+    int row = meta.frame_row(f);
+    if (row < 0) return;
+    int first = meta.first(row), pos0 = meta.pos(row);
+    int p = pos0 + (f - first);
+    int rep = heads / kvh, g = h / rep, half = hd / 2, kvd = kvh * hd;
+    float* kc = state + (size_t)meta.slot(row) * slot_stride + kv_off;
+    float* vc = kc + (size_t)ring * kvd;
+    const float* qrow = qkv + (size_t)f * ldq + h * hd;
+    const float* krow = qkv + (size_t)f * ldq + heads * hd + g * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        qs[i] = codec_rope(qrow, i, half, (float)p, inv_freq);
+        if (h % rep == 0) {
+            size_t at = (size_t)(p % ring) * kvd + g * hd + i;
+            kc[at] = codec_rope(krow, i, half, (float)p, inv_freq);
+            vc[at] = krow[kvd + i];
+        }
+    }
+    __syncthreads();
+    int lo = max(0, p - window + 1), n = p - lo + 1;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int kk = warp; kk < n; kk += nw) {
+        int kp = lo + kk;
+        float s = 0.f;
+        if (kp < pos0) {
+            const float* kr = kc + (size_t)(kp % ring) * kvd + g * hd;
+            for (int i = lane; i < hd; i += 32) s += qs[i] * kr[i];
+        } else {
+            const float* kr = qkv + (size_t)(first + kp - pos0) * ldq + heads * hd + g * hd;
+            for (int i = lane; i < hd; i += 32) s += qs[i] * codec_rope(kr, i, half, (float)kp, inv_freq);
+        }
+        s = warp_sum(s);
+        if (lane == 0) sc[kk] = s * scale;
+    }
+    __syncthreads();
+    float m = NEG_INF;
+    for (int kk = threadIdx.x; kk < n; kk += blockDim.x) m = fmaxf(m, sc[kk]);
+    m = codec_block_max(m, scratch);
+    float sum = 0.f;
+    for (int kk = threadIdx.x; kk < n; kk += blockDim.x) {
+        float e = expf(sc[kk] - m);
+        sc[kk] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, scratch);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float acc = 0.f;
+        for (int kk = 0; kk < n; ++kk) {
+            int kp = lo + kk;
+            float v = kp < pos0 ? vc[(size_t)(kp % ring) * kvd + g * hd + i]
+                                : qkv[(size_t)(first + kp - pos0) * ldq + heads * hd + kvd + g * hd + i];
+            acc += (sc[kk] / sum) * v;
+        }
+        out[(size_t)f * ldo + h * hd + i] = acc;
+    }
+}
+
+// ConvNeXt front, one block (256 threads) per step: depthwise causal conv (taps [k][c],
+// bias [c]) over history + new input, then LayerNorm (biased variance, eps) with affine
+// (ln_w, ln_b); writes out[s][0..c) and the ones/zero columns up to ldo. c <= 4096.
+// Grid: steps + nrows*(k-1) blocks (the latter update the history).
+extern "C" __global__ void codec_dw_ln(const float* __restrict__ x, int ldx, int c,
+                                       const float* __restrict__ taps,
+                                       const float* __restrict__ bias, int k,
+                                       const float* __restrict__ ln_w,
+                                       const float* __restrict__ ln_b, float eps, int rate,
+                                       float* state, int slot_stride, int hist_off,
+                                       const int* __restrict__ meta_p, int R, int steps,
+                                       int nrows, float* out, int ldo) {
+    __shared__ float buf[4096];
+    __shared__ float scratch[33];
+    CodecMeta meta{meta_p, R};
+    int ctx = k - 1;
+    if ((int)blockIdx.x >= steps) {
+        codec_hist_update(blockIdx.x - steps, x, ldx, c, ctx, rate, state, slot_stride,
+                          hist_off, meta, nrows);
+        return;
+    }
+    size_t s = blockIdx.x;
+    float* o = out + s * ldo;
+    int row = meta.frame_row((int)(s / rate));
+    if (row < 0) {
+        for (int i = threadIdx.x; i < ldo; i += blockDim.x) o[i] = 0.f;
+        return;
+    }
+    int ls = (int)(s - (size_t)meta.first(row) * rate);
+    const float* hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
+                        (size_t)meta.parity(row) * ctx * c;
+    float sum = 0.f;
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+        float v = bias[ch];
+        for (int j = 0; j < k; ++j) {
+            const float* p = codec_src(x, ldx, s, ls, k - 1 - j, hist, ctx, c);
+            v += p[ch] * taps[(size_t)j * c + ch];
+        }
+        buf[ch] = v;
+        sum += v;
+    }
+    float mean = block_sum(sum, scratch) / (float)c;
+    float var = 0.f;
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+        float d = buf[ch] - mean;
+        var += d * d;
+    }
+    var = block_sum(var, scratch) / (float)c;
+    float inv = 1.0f / sqrtf(var + eps);
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x)
+        o[ch] = (buf[ch] - mean) * inv * ln_w[ch] + ln_b[ch];
+    for (int i = c + threadIdx.x; i < ldo; i += blockDim.x) o[i] = i == c ? 1.f : 0.f;
+}
+
+// Final SnakeBeta + causal conv (taps k, c -> 1 channel, weight [k][c], scalar bias) +
+// clamp to [-1, 1]: one warp per output sample, 8 per block of 256 threads.
+// Grid: ceil(steps / 8) + nrows*(k-1) blocks (the latter update the history).
+extern "C" __global__ void codec_final(const float* __restrict__ x, int c, int k,
+                                       const float* __restrict__ alpha,
+                                       const float* __restrict__ inv_beta,
+                                       const float* __restrict__ w, float bias, int rate,
+                                       float* state, int slot_stride, int hist_off,
+                                       const int* __restrict__ meta_p, int R, int steps,
+                                       int nrows, float* pcm) {
+    CodecMeta meta{meta_p, R};
+    int ctx = k - 1;
+    int step_blocks = (steps + 7) / 8;
+    if ((int)blockIdx.x >= step_blocks) {
+        codec_hist_update(blockIdx.x - step_blocks, x, c, c, ctx, rate, state, slot_stride,
+                          hist_off, meta, nrows);
+        return;
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    size_t s = (size_t)blockIdx.x * 8 + warp;
+    if (s >= (size_t)steps) return;
+    int row = meta.frame_row((int)(s / rate));
+    if (row < 0) {
+        if (lane == 0) pcm[s] = 0.f;
+        return;
+    }
+    int ls = (int)(s - (size_t)meta.first(row) * rate);
+    const float* hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
+                        (size_t)meta.parity(row) * ctx * c;
+    float acc = 0.f;
+    for (int j = 0; j < k; ++j) {
+        const float* p = codec_src(x, c, s, ls, k - 1 - j, hist, ctx, c);
+        for (int i = lane; i < c; i += 32)
+            acc += w[(size_t)j * c + i] * codec_act(p[i], 1, alpha, inv_beta, i);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) pcm[s] = fminf(fmaxf(acc + bias, -1.0f), 1.0f);
+}
+
+// Zeroes n floats (a slot's state on reset).
+extern "C" __global__ void codec_zero(float* p, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        p[i] = 0.f;
+}

@@ -55,21 +55,6 @@ extern "C" __global__ void frame_embedding(const bf16* __restrict__ codec,
     }
 }
 
-// Code-predictor step input, per row r: the embedding of code `step` (1..15) of the row's
-// frame, from table step-1: `folded` f32 tables [15][2048][D] (projection applied) when
-// given, else bf16 tables [15][2048][D].
-extern "C" __global__ void cp_step_input(const float* __restrict__ folded,
-                                         const bf16* __restrict__ raw, int D, int cp_vocab,
-                                         const int* __restrict__ frames, int step, int rows,
-                                         float* out, int ldo) {
-    int r = blockIdx.x;
-    if (r >= rows) return;
-    int code = frames[r * 16 + step];
-    size_t base = ((size_t)(step - 1) * cp_vocab + code) * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        out[(size_t)r * ldo + i] = folded ? folded[base + i] : bf2f(raw[base + i]);
-}
-
 // Copies rows: dst[r*ldd + i] = src[r*lds + i] for i < D (strided row copy).
 extern "C" __global__ void copy_rows(const float* __restrict__ src, int lds, float* dst, int ldd,
                                      int D, int rows) {

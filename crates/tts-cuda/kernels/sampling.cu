@@ -113,9 +113,19 @@ __device__ float kth_largest(const float* s, int V, int k, SampleShared& sh) {
         int shift = 24 - 8 * pass;
         for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            unsigned int key = order_key(s[i]);
-            if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+        // Logits share their high key bits (sign, exponent), so most keys land in a few
+        // buckets: lanes with the same bucket add once, through their leader.
+        int lane = threadIdx.x & 31;
+        for (int i0 = threadIdx.x - lane; i0 < V; i0 += blockDim.x) {
+            int i = i0 + lane;
+            unsigned int key = i < V ? order_key(s[i]) : 0u;
+            bool in = i < V && (key & mask) == prefix;
+            unsigned int active = __ballot_sync(0xffffffffu, in);
+            if (in) {
+                unsigned int b = (key >> shift) & 255u;
+                unsigned int peers = __match_any_sync(active, b);
+                if (lane == __ffs(peers) - 1) atomicAdd(&sh.hist[b], (unsigned int)__popc(peers));
+            }
         }
         __syncthreads();
         pick_bucket(sh, remaining);
@@ -291,9 +301,13 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
 
 // Code `step` (1..15) of each row's frame from code-predictor logits [rows][V]; writes
 // frames[r][step]. The frame index for the draw is the slot's code-0 count minus one.
+// For step < 15 it also writes the next step's input row: the embedding of this code from
+// table step-1 (`folded` f32 [15][V][D] when given, else `raw` bf16) into next_x[r*ldx].
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
     const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
-    const unsigned int* __restrict__ params, int step, int* frames) {
+    const unsigned int* __restrict__ params, int step, int* frames,
+    const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
+    int ldx) {
     int r = blockIdx.x;
     if (r >= rows) return;
     int slot = slots[r];
@@ -305,4 +319,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
     float u = draw_uniform(p[0], p[1], p[11] - 1u, (unsigned int)step);
     int c = choose(sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
     if (threadIdx.x == 0) frames[r * 16 + step] = c;
+    if (step < 15) {
+        size_t base = ((size_t)(step - 1) * V + c) * D;
+        for (int i = threadIdx.x; i < D; i += blockDim.x)
+            next_x[(size_t)r * ldx + i] = folded ? folded[base + i] : bf2f(raw[base + i]);
+    }
 }

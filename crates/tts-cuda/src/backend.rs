@@ -15,10 +15,11 @@ use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Model};
 
+use crate::codec::{CodecPrecision, DevCodec};
 use crate::device::Gpu;
 use crate::error::CudaError;
 use crate::talker::{prefill, step, PrefillPlan, SampleRules};
-use crate::weights::{DevCodePredictor, DevTalker};
+use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::{Limits, Workspace};
 
 /// Options of the CUDA backend.
@@ -30,6 +31,10 @@ pub struct CudaOptions {
     pub graphs: bool,
     /// Decode audio on the GPU (else on the CPU reference, for debugging).
     pub gpu_codec: bool,
+    /// GEMM arithmetic of the GPU codec (TF32 by default; F32 for parity checks).
+    pub codec_precision: CodecPrecision,
+    /// Most frames one codec pass takes per row (sizes the codec's KV rings).
+    pub codec_frames_per_call: usize,
 }
 
 impl Default for CudaOptions {
@@ -39,6 +44,8 @@ impl Default for CudaOptions {
             limits: Limits::default(),
             graphs: true,
             gpu_codec: true,
+            codec_precision: CodecPrecision::Tf32,
+            codec_frames_per_call: 16,
         }
     }
 }
@@ -62,6 +69,7 @@ struct SlotState {
 
 /// Where audio is decoded.
 enum Codec {
+    Gpu(Box<DevCodec>),
     Cpu(Box<CodecDecoder>, HashMap<u32, CodecState>),
 }
 
@@ -103,10 +111,26 @@ impl CudaBackend {
         let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
         let ws = Workspace::new(&gpu, &model.config, opts.limits)?;
-        let codec = Codec::Cpu(
-            Box::new(tts_model::reference::load_codec(model)?),
-            HashMap::new(),
-        );
+        let codec = if opts.gpu_codec {
+            let w = tts_model::weights::CodecW::load(
+                &model.codec,
+                &mut HostLoader(&model.codec_weights),
+            )?;
+            let mut c = DevCodec::new(
+                &gpu,
+                &model.codec,
+                w,
+                opts.limits.max_slots,
+                opts.codec_frames_per_call,
+            )?;
+            c.set_precision(opts.codec_precision);
+            Codec::Gpu(Box::new(c))
+        } else {
+            Codec::Cpu(
+                Box::new(tts_model::reference::load_codec(model)?),
+                HashMap::new(),
+            )
+        };
         gpu.sync()?;
         tracing::info!(
             secs = t0.elapsed().as_secs_f64(),
@@ -252,6 +276,7 @@ impl CudaBackend {
             &[0i32; NUM_CODE_GROUPS],
         )?;
         match &mut self.codec {
+            Codec::Gpu(c) => c.reset_slot(&self.gpu, free)?,
             Codec::Cpu(dec, states) => {
                 states.insert(free as u32, dec.new_state());
             }
@@ -353,8 +378,9 @@ impl Backend for CudaBackend {
         if let Some(s) = self.slots.get_mut(slot.0 as usize) {
             *s = None;
         }
-        let Codec::Cpu(_, states) = &mut self.codec;
-        states.remove(&slot.0);
+        if let Codec::Cpu(_, states) = &mut self.codec {
+            states.remove(&slot.0);
+        }
     }
 
     /// Prefills row by row: a request's prompt is one GEMM of its own tokens, so its
@@ -497,6 +523,11 @@ impl Backend for CudaBackend {
             }
         }
         match &mut self.codec {
+            Codec::Gpu(c) => {
+                let list: Vec<(usize, &[Frame])> =
+                    rows.iter().map(|r| (r.slot.0 as usize, r.frames)).collect();
+                Ok(c.decode(&self.gpu, &list)?)
+            }
             Codec::Cpu(dec, states) => {
                 let mut out = Vec::with_capacity(rows.len());
                 for r in rows {

@@ -131,22 +131,6 @@ pub fn predict(
     };
     for j in 0..NUM_CODE_GROUPS - 1 {
         if j > 0 {
-            gpu.launch(
-                "cp_step_input",
-                (b as u32, 1, 1),
-                256,
-                &[
-                    Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
-                    Arg::P(cp.embeddings.ptr),
-                    Arg::I(ch as i32),
-                    Arg::I(cp.vocab as i32),
-                    Arg::P(ws.frames.ptr),
-                    Arg::I(j as i32),
-                    Arg::I(b as i32),
-                    Arg::P(ws.cp_x.ptr),
-                    Arg::I(ch as i32),
-                ],
-            )?;
             let positions = ws.cp_pos.at(2 * bmax + (j - 1) * bmax);
             let tok = Tokens {
                 x: ws.cp_x.ptr,
@@ -192,6 +176,12 @@ pub fn predict(
                 Arg::P(ws.params.ptr),
                 Arg::I(j as i32 + 1),
                 Arg::P(ws.frames.ptr),
+                // the next step's input, embedded by the sampler (saves a launch per step)
+                Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
+                Arg::P(cp.embeddings.ptr),
+                Arg::I(ch as i32),
+                Arg::P(ws.cp_x.ptr),
+                Arg::I(ch as i32),
             ],
         )?;
     }

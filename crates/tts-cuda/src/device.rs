@@ -34,7 +34,6 @@ pub const KERNELS: &[&str] = &[
     "gather_rows",
     "gather_rows_f32",
     "frame_embedding",
-    "cp_step_input",
     "copy_rows",
     "gather_u32",
     "scatter_u32",

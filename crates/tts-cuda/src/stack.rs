@@ -136,7 +136,7 @@ pub fn run_layers(
                         "short_attention"
                     },
                     (rows as u32, 1, 1),
-                    256,
+                    512,
                     &[
                         Arg::P(ws.qkv.ptr),
                         Arg::I(ldq as i32),

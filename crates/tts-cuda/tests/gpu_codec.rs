@@ -1,0 +1,308 @@
+//! The GPU codec against the CPU reference and the official decode: the 90-frame fixture
+//! streams (window 72 and 16) decoded whole, frame by frame and in uneven chunks, several
+//! slots in one call, in full f32 and in the default TF32; and the release geometry
+//! (`random:1.7b`) for a few frames. Skips, saying so, when no CUDA device is present.
+//!
+//! Tolerances. This random fixture network amplifies rounding about 1000x: the CPU
+//! reference and the official f32 decode differ by 6.2e-5 max abs. Full-f32 GEMMs (other
+//! summation orders) are held to 5e-4 against the CPU and 1e-3 against the official PCM.
+//! TF32 GEMMs round their operands to 10 mantissa bits; emulating that on the host gives
+//! max abs 4.1e-2, rms 5.5e-3 (8.8e-2 / 1.4e-2 if the hardware truncates) against a signal
+//! rms of 0.24, so TF32 is held to max abs 0.15 and rms 2e-2.
+//!
+//! `random:1.7b` saturates: 98% of its samples clip to ±1, so the few unclipped samples
+//! carry large pre-clip errors. Host emulation of the same program: exact GEMMs max abs
+//! 8.7e-3, rms 2.8e-4 (held to 5e-2 / 2e-3); TF32 flips the sign of ~0.5% of the
+//! saturated samples, rms 0.14 (held to rms 0.4; an unrelated signal gives about 1.4).
+
+use std::path::PathBuf;
+
+use tts_cuda::codec::{bench_decode, bench_decode_graph, CodecPrecision, DevCodec};
+use tts_cuda::device::Gpu;
+use tts_cuda::weights::HostLoader;
+use tts_cuda::CudaError;
+use tts_model::checkpoint::{Init, SafetensorsFiles, WeightSource};
+use tts_model::reference::codec::CodecDecoder;
+use tts_model::reference::stack::CpuTensor;
+use tts_model::weights::{CodecW, TensorLoader};
+use tts_model::{Frame, LoadOptions, Model};
+
+const F32_TOL: f32 = 5e-4;
+const TF32_MAX: f32 = 0.15;
+const TF32_RMS: f64 = 2e-2;
+const RELEASE_F32_MAX: f32 = 5e-2;
+const RELEASE_F32_RMS: f64 = 2e-3;
+const RELEASE_TF32_MAX: f32 = 2.0 + 1e-6;
+const RELEASE_TF32_RMS: f64 = 0.4;
+
+fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    match Gpu::open(0) {
+        Ok(g) => Some(g),
+        Err(CudaError::Unavailable(why)) => {
+            eprintln!("SKIPPED {test}: no CUDA device ({why})");
+            None
+        }
+        Err(e) => panic!("{test}: opening the GPU: {e}"),
+    }
+}
+
+struct CpuLoader<'a>(&'a WeightSource);
+
+impl TensorLoader for CpuLoader<'_> {
+    type T = CpuTensor;
+    fn load(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        init: Init,
+    ) -> Result<CpuTensor, tts_model::ModelError> {
+        let t = self.0.tensor(name, shape, init)?;
+        Ok(CpuTensor {
+            data: t.to_f32(),
+            shape: t.shape,
+        })
+    }
+}
+
+fn fixtures() -> PathBuf {
+    std::env::var("QWEN3_TTS_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"))
+}
+
+struct Case {
+    name: String,
+    model: Model,
+    codes: Vec<Frame>,
+    official: Vec<f32>,
+}
+
+fn case(name: &str) -> Case {
+    let dir = fixtures().join("cases");
+    let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("case json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("case json");
+    let codes: Vec<Frame> = serde_json::from_value(json["codes"].clone()).expect("codes");
+    let model_name = json["model"].as_str().expect("model name");
+    let model = Model::from_dir(
+        &fixtures().join("models").join(model_name),
+        LoadOptions::default(),
+    )
+    .expect("fixture model");
+    let st = SafetensorsFiles::open_files(vec![dir.join(format!("{name}.safetensors"))])
+        .expect("case tensors");
+    let shape = st.shape("pcm").expect("pcm tensor").to_vec();
+    let official = st.tensor("pcm", &shape).expect("pcm").to_f32();
+    Case {
+        name: name.into(),
+        model,
+        codes,
+        official,
+    }
+}
+
+fn cpu_decode(model: &Model, codes: &[Frame]) -> Vec<f32> {
+    let w =
+        CodecW::load(&model.codec, &mut CpuLoader(&model.codec_weights)).expect("codec weights");
+    let dec = CodecDecoder::new(&model.codec, w);
+    let mut st = dec.new_state();
+    dec.decode(codes, &mut st)
+}
+
+fn dev_codec(gpu: &Gpu, model: &Model, slots: usize, per_call: usize) -> DevCodec {
+    let w =
+        CodecW::load(&model.codec, &mut HostLoader(&model.codec_weights)).expect("codec weights");
+    DevCodec::new(gpu, &model.codec, w, slots, per_call).expect("DevCodec::new")
+}
+
+/// `(max abs, rms)` of `a - b`.
+fn errors(a: &[f32], b: &[f32]) -> (f32, f64) {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    let max = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let n = a.len().max(1) as f64;
+    let rms = (a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| ((x - y) as f64).powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
+    (max, rms)
+}
+
+fn check(what: &str, p: CodecPrecision, got: &[f32], want: &[f32]) {
+    let (max, rms) = errors(got, want);
+    eprintln!("{what} [{p:?}]: max abs {max:.2e}, rms {rms:.2e}");
+    match p {
+        CodecPrecision::F32 => assert!(max < F32_TOL, "{what} [{p:?}]: max abs {max}"),
+        CodecPrecision::Tf32 => assert!(
+            max < TF32_MAX && rms < TF32_RMS,
+            "{what} [{p:?}]: max abs {max}, rms {rms}"
+        ),
+    }
+}
+
+/// Slots 1, 2, 3 decoded together (one call per step, rows in descending slot order):
+/// frame by frame, uneven chunks, and two large chunks.
+fn streams_together(gpu: &Gpu, codec: &mut DevCodec, codes: &[Frame]) -> Vec<Vec<f32>> {
+    let chunkings: [&[usize]; 3] = [&[1], &[1, 2, 3, 5, 8, 13, 4, 7, 30, 6, 11], &[50, 40]];
+    let mut at = [0usize; 3];
+    let mut out = vec![Vec::new(); 3];
+    let mut step = 0;
+    while at.iter().any(|&a| a < codes.len()) {
+        let mut rows: Vec<(usize, &[Frame])> = Vec::new();
+        let mut ends = [0usize; 3];
+        for s in (0..3).rev() {
+            let c = chunkings[s][step % chunkings[s].len()];
+            ends[s] = (at[s] + c).min(codes.len());
+            if ends[s] > at[s] {
+                rows.push((s + 1, &codes[at[s]..ends[s]]));
+            }
+        }
+        let res = codec.decode(gpu, &rows).expect("decode");
+        for ((slot, frames), pcm) in rows.iter().zip(&res) {
+            assert_eq!(pcm.len(), frames.len() * codec.samples_per_frame());
+            out[slot - 1].extend_from_slice(pcm);
+        }
+        at = ends;
+        step += 1;
+    }
+    out
+}
+
+#[test]
+fn fixture_streams_match_the_cpu_reference() {
+    let Some(gpu) = gpu_or_skip("fixture_streams_match_the_cpu_reference") else {
+        return;
+    };
+    for name in ["codec_long_w72", "codec_long_w16"] {
+        let c = case(name);
+        let want = cpu_decode(&c.model, &c.codes);
+        // 4 slots, up to 96 frames per row per call: the 90 frames fit one pass.
+        let mut codec = dev_codec(&gpu, &c.model, 4, 96);
+        assert_eq!(codec.samples_per_frame(), 1920);
+        for p in [CodecPrecision::F32, CodecPrecision::Tf32] {
+            codec.set_precision(p);
+            for s in 0..4 {
+                codec.reset_slot(&gpu, s).expect("reset");
+            }
+            let whole = codec
+                .decode(&gpu, &[(0, &c.codes)])
+                .expect("decode")
+                .remove(0);
+            assert!(
+                whole.iter().all(|v| v.abs() <= 1.0),
+                "samples outside [-1, 1]"
+            );
+            check(&format!("{} whole vs CPU", c.name), p, &whole, &want);
+            let (max, _) = errors(&whole, &c.official);
+            eprintln!("{} whole vs official [{p:?}]: max abs {max:.2e}", c.name);
+            if p == CodecPrecision::F32 {
+                assert!(max < 1e-3, "{}: whole vs official {max}", c.name);
+            }
+            for (s, pcm) in streams_together(&gpu, &mut codec, &c.codes)
+                .iter()
+                .enumerate()
+            {
+                check(
+                    &format!("{} stream {} vs CPU", c.name, s + 1),
+                    p,
+                    pcm,
+                    &want,
+                );
+                let (max, _) = errors(pcm, &whole);
+                eprintln!(
+                    "{} stream {} vs whole on the GPU [{p:?}]: max abs {max:.2e}",
+                    c.name,
+                    s + 1
+                );
+            }
+            // A reset slot starts a fresh stream.
+            codec.reset_slot(&gpu, 0).expect("reset");
+            let again = codec
+                .decode(&gpu, &[(0, &c.codes[..5])])
+                .expect("decode")
+                .remove(0);
+            check(
+                &format!("{} after reset", c.name),
+                p,
+                &again,
+                &want[..5 * 1920],
+            );
+        }
+        // Empty rows and bad input.
+        assert!(codec.decode(&gpu, &[(2, &[])]).expect("empty row")[0].is_empty());
+        assert!(
+            codec.decode(&gpu, &[(9, &c.codes[..1])]).is_err(),
+            "slot out of range"
+        );
+        assert!(
+            codec
+                .decode(&gpu, &[(1, &c.codes[..1]), (1, &c.codes[..1])])
+                .is_err(),
+            "duplicate slot"
+        );
+        assert!(
+            codec.decode(&gpu, &[(1, &[[4096u32; 16]])]).is_err(),
+            "code outside the codebook"
+        );
+    }
+}
+
+#[test]
+fn release_geometry_matches_the_cpu_reference() {
+    let Some(gpu) = gpu_or_skip("release_geometry_matches_the_cpu_reference") else {
+        return;
+    };
+    let model = Model::load("random:1.7b", LoadOptions::default()).expect("random:1.7b");
+    let codes: Vec<Frame> = (0..8u32)
+        .map(|f| std::array::from_fn(|q| (f * 331 + q as u32 * 97 + 5) % 2048))
+        .collect();
+    let want = cpu_decode(&model, &codes);
+    let mut codec = dev_codec(&gpu, &model, 2, 8);
+    for p in [CodecPrecision::F32, CodecPrecision::Tf32] {
+        codec.set_precision(p);
+        codec.reset_slot(&gpu, 0).expect("reset");
+        codec.reset_slot(&gpu, 1).expect("reset");
+        let whole = codec
+            .decode(&gpu, &[(0, &codes)])
+            .expect("decode")
+            .remove(0);
+        let mut chunked = Vec::new();
+        for (a, b) in [(0, 3), (3, 4), (4, 8)] {
+            // slot 0 (output ignored) rides along so each call batches two uneven rows
+            chunked.extend(
+                codec
+                    .decode(&gpu, &[(1, &codes[a..b]), (0, &codes[..1])])
+                    .expect("decode")
+                    .remove(0),
+            );
+        }
+        let (m1, r1) = errors(&whole, &want);
+        let (m2, r2) = errors(&chunked, &want);
+        eprintln!(
+            "random:1.7b [{p:?}]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
+        );
+        let (max_tol, rms_tol) = match p {
+            CodecPrecision::F32 => (RELEASE_F32_MAX, RELEASE_F32_RMS),
+            CodecPrecision::Tf32 => (RELEASE_TF32_MAX, RELEASE_TF32_RMS),
+        };
+        assert!(m1 < max_tol && r1 < rms_tol, "whole [{p:?}]");
+        assert!(m2 < max_tol && r2 < rms_tol, "chunked [{p:?}]");
+    }
+}
+
+/// Not a measurement (tests assert correctness only): checks that both benchmark paths,
+/// including CUDA-graph capture of a pass, run, and prints what they see.
+#[test]
+fn benchmarks_run() {
+    let Some(gpu) = gpu_or_skip("benchmarks_run") else {
+        return;
+    };
+    let c = case("codec_long_w72");
+    let mut codec = dev_codec(&gpu, &c.model, 4, 2);
+    let eager = bench_decode(&gpu, &mut codec, 4, 2, 3).expect("bench_decode");
+    let graph = bench_decode_graph(&gpu, &mut codec, 4, 2, 3).expect("bench_decode_graph");
+    eprintln!(
+        "fixture codec, 4 streams x 2 frames: eager {eager:.3} ms, graph {graph:.3} ms per call"
+    );
+}
