@@ -18,7 +18,7 @@ use tts_model::{BackendError, Model};
 use crate::codec::{CodecPrecision, DevCodec};
 use crate::device::Gpu;
 use crate::error::CudaError;
-use crate::talker::{prefill, step, PrefillPlan, SampleRules};
+use crate::talker::{prefill, step, write_prefill_inputs, PrefillPlan, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::{Limits, Workspace};
 
@@ -86,6 +86,8 @@ unsafe impl Send for Graph {}
 enum GraphKind {
     TalkerStep,
     CodePredictor,
+    /// One row's prefill, padded to a power-of-two token count.
+    Prefill,
 }
 
 /// The GPU implementation of [`Backend`].
@@ -189,6 +191,11 @@ impl CudaBackend {
             }
             b *= 2;
         }
+        let mut t = 16;
+        while t <= self.opts.limits.max_prefill_tokens {
+            self.graph(GraphKind::Prefill, t)?;
+            t *= 2;
+        }
         Ok(())
     }
 
@@ -200,6 +207,7 @@ impl CudaBackend {
             GraphKind::CodePredictor => {
                 crate::code_predictor::predict(&self.gpu, &self.talker, &self.cp, &self.ws, b)
             }
+            GraphKind::Prefill => prefill(&self.gpu, &self.talker, &self.ws, b, 1, self.rules),
         }
     }
 
@@ -425,7 +433,24 @@ impl Backend for CudaBackend {
                 plan.text.push(text as i32);
                 plan.codec.push(p.codec.map_or(-1, |c| c as i32));
             }
-            prefill(&self.gpu, &self.talker, &mut self.ws, &plan, self.rules)?;
+            // Pad to a power-of-two token bucket (padding tokens have slot -1 and touch
+            // nothing) so the prefill replays a captured graph.
+            let bucket = n.next_power_of_two().max(16);
+            let padded = self.opts.graphs && bucket <= max_tokens;
+            if padded {
+                let pad = self.info.tts_pad_token_id as i32;
+                plan.text.resize(bucket, pad);
+                plan.codec.resize(bucket, -1);
+                plan.slots.resize(bucket, -1);
+                plan.positions.resize(bucket, 0);
+                self.graph(GraphKind::Prefill, bucket)?;
+            }
+            write_prefill_inputs(&self.gpu, &mut self.ws, &plan)?;
+            if padded {
+                self.run(GraphKind::Prefill, bucket)?;
+            } else {
+                prefill(&self.gpu, &self.talker, &self.ws, n, 1, self.rules)?;
+            }
             let code = self.gpu.read(&self.ws.codes, 1)?[0] as u32;
             let st = self.slot(r.slot)?;
             st.len += n;

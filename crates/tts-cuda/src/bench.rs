@@ -89,6 +89,40 @@ pub fn bench_stages(
 ) -> Result<Vec<StageTiming>, CudaError> {
     let (talker_bytes, cp_bytes) = b.weight_bytes();
     let mut out = Vec::new();
+    // prefill of one ~60-character prompt (wall time through the API, sync included)
+    {
+        let req = SpeechRequest {
+            text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
+            voice: model.voices().first().cloned(),
+            language: "english".into(),
+            ..Default::default()
+        };
+        let prompt = model.prompt(&req)?;
+        let params = model.default_sampling(1);
+        let mut samples = Vec::new();
+        for i in 0..iters.max(3) + 1 {
+            let slot = b.alloc_slot(&params)?;
+            let t = Instant::now();
+            b.prefill(&[PrefillRow {
+                slot,
+                prompt: &prompt,
+            }])?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            b.free_slot(slot);
+            if i > 0 {
+                samples.push(ms);
+            }
+        }
+        samples.sort_by(|a, c| a.total_cmp(c));
+        let ms = samples[samples.len() / 2];
+        out.push(StageTiming {
+            stage: "prefill",
+            batch: 1,
+            ms,
+            api_ms: ms,
+            weight_bytes: talker_bytes,
+        });
+    }
     for &n in batches {
         let slots = prepare(b, model, n, 8)?;
         let pad = b.info().tts_pad_token_id;

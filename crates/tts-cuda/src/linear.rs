@@ -60,6 +60,12 @@ pub const GEMV_MAX_ROWS: usize = 8;
 pub struct GemmScratch {
     pub xb: DBuf<u16>,
     pub acc: DBuf<f32>,
+    /// Per-row inverse RMS for the tensor-core path's RMSNorm prologue.
+    pub inv: DBuf<f32>,
+    /// Use the tensor-core kernel (`mma.cu`) instead of cuBLAS for more than 8 rows.
+    /// Off by default: it is exact and batch-independent but not yet software-pipelined,
+    /// and measured 3-9x slower than the cuBLAS path on the H200 (bench/results).
+    pub tensor_cores: bool,
 }
 
 impl GemmScratch {
@@ -67,6 +73,8 @@ impl GemmScratch {
         Ok(Self {
             xb: gpu.zeros(max_rows * max_k)?,
             acc: gpu.zeros(max_rows * max_n)?,
+            inv: gpu.zeros(max_rows)?,
+            tensor_cores: false,
         })
     }
 }
@@ -137,6 +145,9 @@ pub fn linear(
             ],
         );
     }
+    if scratch.tensor_cores && l.n % 16 == 0 && l.k % 64 == 0 && m <= scratch.inv.len {
+        return mma_linear(gpu, l, x, norm, act, (bias, res_p, ldr), y, ldy, scratch);
+    }
     // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), multiplied in one
     // GEMM and summed in the epilogue: f32-level accuracy from bf16 tensor cores.
     if 2 * m * l.k > scratch.xb.len || 2 * m * l.n > scratch.acc.len {
@@ -189,6 +200,75 @@ pub fn linear(
             Arg::P(y),
             Arg::I(ldy as i32),
             Arg::I(m as i32),
+        ],
+    )
+}
+
+/// The tensor-core path (`mma.cu`): RMSNorm statistics first when a norm is fused, then
+/// one launch over all rows (64 per block row).
+#[allow(clippy::too_many_arguments)]
+fn mma_linear(
+    gpu: &Gpu,
+    l: &Linear,
+    x: Rows,
+    norm: Option<(u64, f32)>,
+    act: Act,
+    (bias, res_p, ldr): (u64, u64, usize),
+    y: u64,
+    ldy: usize,
+    scratch: &GemmScratch,
+) -> Result<(), CudaError> {
+    let m = x.count;
+    let norm_p = match norm {
+        Some((g, eps)) => {
+            gpu.launch(
+                "rms_inv_rows",
+                (m as u32, 1, 1),
+                256,
+                &[
+                    Arg::P(x.ptr),
+                    Arg::I(x.ld as i32),
+                    Arg::I(l.k as i32),
+                    Arg::F(eps),
+                    Arg::P(scratch.inv.ptr),
+                    Arg::I(m as i32),
+                ],
+            )?;
+            g
+        }
+        None => 0,
+    };
+    let name = match m {
+        0..=16 => "mma_linear_t2",
+        17..=32 => "mma_linear_t4",
+        _ => "mma_linear_t8",
+    };
+    // More warps per block share the x tile on wide layers; fewer keep narrow ones spread.
+    let warps = match l.n {
+        n if n >= 4096 => 8,
+        n if n >= 2048 => 4,
+        _ => 2,
+    };
+    let grid = (l.n.div_ceil(16 * warps) as u32, m.div_ceil(64) as u32, 1);
+    gpu.launch(
+        name,
+        grid,
+        32 * warps as u32,
+        &[
+            Arg::P(l.w.ptr),
+            Arg::I(l.n as i32),
+            Arg::I(l.k as i32),
+            Arg::P(x.ptr),
+            Arg::I(x.ld as i32),
+            Arg::I(m as i32),
+            Arg::P(norm_p),
+            Arg::P(scratch.inv.ptr),
+            Arg::P(bias),
+            Arg::I(act as i32),
+            Arg::P(res_p),
+            Arg::I(ldr as i32),
+            Arg::P(y),
+            Arg::I(ldy as i32),
         ],
     )
 }

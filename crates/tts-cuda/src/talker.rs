@@ -180,23 +180,20 @@ pub struct PrefillPlan {
     pub row_slots: Vec<i32>,
 }
 
-/// Enqueues a prefill of `plan` (all tokens at once). Codes land in `ws.codes[..rows]`.
-pub fn prefill(
+/// Writes a prefill plan's integer inputs (one host-to-device copy). Regions of `n` =
+/// `plan.text.len()` ints each: text | codec | slots | positions | last + row slots.
+pub fn write_prefill_inputs(
     gpu: &Gpu,
-    t: &DevTalker,
     ws: &mut Workspace,
     plan: &PrefillPlan,
-    rules: SampleRules,
 ) -> Result<(), CudaError> {
     let n = plan.text.len();
     let rows = plan.last.len();
-    let h = t.stack.dims.hidden;
     if n > ws.limits.max_prefill_tokens.max(2 * ws.limits.max_batch) || rows > ws.limits.max_batch {
         return Err(CudaError::Shape(format!(
             "prefill of {n} tokens / {rows} rows exceeds the workspace"
         )));
     }
-    // ints: text | codec | slots | positions | last + row_slots
     let mut ints = Vec::with_capacity(5 * n);
     ints.extend(&plan.text);
     ints.extend(&plan.codec);
@@ -204,7 +201,21 @@ pub fn prefill(
     ints.extend(&plan.positions);
     ints.extend(&plan.last);
     ints.extend(&plan.row_slots);
-    gpu.write(&mut ws.prefill_ints, &ints)?;
+    gpu.write(&mut ws.prefill_ints, &ints)
+}
+
+/// Enqueues a prefill of `n` tokens and `rows` rows whose inputs were written by
+/// [`write_prefill_inputs`] (no host work: capturable per token bucket). Codes land in
+/// `ws.codes[..rows]`.
+pub fn prefill(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &Workspace,
+    n: usize,
+    rows: usize,
+    rules: SampleRules,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
     let p = |region: usize| ws.prefill_ints.at(region * n);
     let (text_ids, codec_ids, slots, positions) = (p(0), p(1), p(2), p(3));
     let last = p(4);

@@ -281,3 +281,88 @@ fn gpu_sampling_is_seeded_and_batch_independent() {
     }
     assert_eq!(frames, x, "batch companions changed a request's codes");
 }
+
+/// The tensor-core path (9..64+ rows) computes what the GEMV computes row by row, with
+/// the RMSNorm prologue and every epilogue, to f32-level accuracy.
+#[test]
+fn tensor_core_linear_matches_the_gemv() {
+    use tts_cuda::device::Gpu;
+    use tts_cuda::linear::{linear, Act, GemmScratch, Linear, Rows};
+    let gpu = match Gpu::open(0) {
+        Ok(g) => g,
+        Err(CudaError::Unavailable(why)) => {
+            eprintln!("SKIPPED tensor_core_linear_matches_the_gemv: no CUDA device ({why})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let (n, k) = (1024usize, 2048usize);
+    let mut seed = 12345u64;
+    let mut rnd = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let w: Vec<u16> = (0..n * k)
+        .map(|_| half::bf16::from_f32(rnd() * 0.05).to_bits())
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
+    let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
+    let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
+    let mut scratch = GemmScratch::new(&gpu, 256, k, n).unwrap();
+    scratch.tensor_cores = true;
+    let gd = gpu.upload(&g).unwrap();
+    for m in [9usize, 16, 33, 64, 100] {
+        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+        let res: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
+        let xd = gpu.upload(&x).unwrap();
+        for act in [Act::None, Act::Silu, Act::SwigluPairs] {
+            let out_n = if act == Act::SwigluPairs { n / 2 } else { n };
+            let yb = gpu.upload(&res[..m * out_n]).unwrap();
+            let yr = gpu.upload(&res[..m * out_n]).unwrap();
+            linear(
+                &gpu,
+                &l,
+                Rows {
+                    ptr: xd.ptr,
+                    ld: k,
+                    count: m,
+                },
+                Some((gd.ptr, 1e-6)),
+                act,
+                Some((yb.ptr, out_n)),
+                yb.ptr,
+                out_n,
+                &scratch,
+            )
+            .unwrap();
+            for r in 0..m {
+                let row = Rows {
+                    ptr: xd.at(r * k),
+                    ld: k,
+                    count: 1,
+                };
+                linear(
+                    &gpu,
+                    &l,
+                    row,
+                    Some((gd.ptr, 1e-6)),
+                    act,
+                    Some((yr.at(r * out_n), out_n)),
+                    yr.at(r * out_n),
+                    out_n,
+                    &scratch,
+                )
+                .unwrap();
+            }
+            let a = gpu.read(&yb, m * out_n).unwrap();
+            let b = gpu.read(&yr, m * out_n).unwrap();
+            let err = rel_err(&a, &b);
+            assert!(
+                err < 1e-4,
+                "m={m} act={act:?}: tensor-core vs GEMV rel err {err}"
+            );
+        }
+    }
+}
