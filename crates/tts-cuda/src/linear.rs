@@ -145,7 +145,11 @@ pub fn linear(
             ],
         );
     }
-    if scratch.tensor_cores && l.n % 16 == 0 && l.k % 64 == 0 && m <= scratch.inv.len {
+    if scratch.tensor_cores
+        && l.n.is_multiple_of(16)
+        && l.k.is_multiple_of(64)
+        && m <= scratch.inv.len
+    {
         return mma_linear(gpu, l, x, norm, act, (bias, res_p, ldr), y, ldy, scratch);
     }
     // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), multiplied in one
