@@ -164,6 +164,27 @@ pub struct StackDims {
 }
 
 impl StackDims {
+    /// Dims from config fields; `head_dim` defaults to hidden / heads, as in the reference.
+    fn new(
+        hidden: usize,
+        intermediate: usize,
+        layers: usize,
+        (heads, kv_heads, head_dim): (usize, usize, Option<usize>),
+        rms_eps: f64,
+        rope_theta: f64,
+    ) -> Self {
+        Self {
+            hidden,
+            intermediate,
+            layers,
+            heads,
+            kv_heads,
+            head_dim: head_dim.unwrap_or(hidden / heads.max(1)),
+            rms_eps: rms_eps as f32,
+            rope_theta,
+        }
+    }
+
     pub fn q_dim(&self) -> usize {
         self.heads * self.head_dim
     }
@@ -174,18 +195,18 @@ impl StackDims {
 
 impl TalkerConfig {
     pub fn dims(&self) -> StackDims {
-        StackDims {
-            hidden: self.hidden_size,
-            intermediate: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self
-                .head_dim
-                .unwrap_or(self.hidden_size / self.num_attention_heads.max(1)),
-            rms_eps: self.rms_norm_eps as f32,
-            rope_theta: self.rope_theta,
-        }
+        StackDims::new(
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_hidden_layers,
+            (
+                self.num_attention_heads,
+                self.num_key_value_heads,
+                self.head_dim,
+            ),
+            self.rms_norm_eps,
+            self.rope_theta,
+        )
     }
 
     /// The language keys a request may name ("auto" plus every non-dialect language).
@@ -203,18 +224,18 @@ impl TalkerConfig {
 
 impl CodePredictorConfig {
     pub fn dims(&self) -> StackDims {
-        StackDims {
-            hidden: self.hidden_size,
-            intermediate: self.intermediate_size,
-            layers: self.num_hidden_layers,
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self
-                .head_dim
-                .unwrap_or(self.hidden_size / self.num_attention_heads.max(1)),
-            rms_eps: self.rms_norm_eps as f32,
-            rope_theta: self.rope_theta,
-        }
+        StackDims::new(
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_hidden_layers,
+            (
+                self.num_attention_heads,
+                self.num_key_value_heads,
+                self.head_dim,
+            ),
+            self.rms_norm_eps,
+            self.rope_theta,
+        )
     }
 }
 
