@@ -4,13 +4,25 @@
 #
 # Installs what a fresh machine lacks:
 #   * cmake (Debian), to build the bundled libopus;
-#   * NVRTC from PyPI (nvidia-cuda-nvrtc), so the CUDA kernels are compiled in CI.
+#   * NVRTC from PyPI (nvidia-cuda-nvrtc), so the CUDA kernels are compiled in CI;
+#   * chromium + chromium-driver (Debian, as root), for the playground's browser test.
+# The OpenAI SDK test installs `openai` from PyPI into target/py-openai itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v cmake >/dev/null 2>&1; then
     echo "installing cmake (needed to build the bundled libopus)"
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq cmake; else sudo apt-get update -qq && sudo apt-get install -y -qq cmake; fi
+fi
+
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "installing chromium and chromium-driver (the playground's browser test)"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
+            || echo "chromium install failed: the browser test will report SKIPPED"
+    else
+        echo "not root: chromium is not installed; the browser test will report SKIPPED"
+    fi
 fi
 
 nvrtc_dir="$PWD/target/ci-nvrtc/nvidia/cu13/lib"

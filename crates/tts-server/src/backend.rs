@@ -73,6 +73,24 @@ pub fn create_cuda(
         },
         graphs: std::env::var("QWEN3_TTS_CUDA_GRAPHS").map_or(true, |v| v != "0"),
         gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
+        ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
+}
+
+/// Builds the backend for a server: on CUDA the graphs of every batch bucket are captured
+/// now (`warm_up`), so that no request pays for a capture.
+pub fn create_warm(
+    model: &Model,
+    device: Device,
+    size: BackendSize,
+) -> anyhow::Result<Box<dyn Backend>> {
+    Ok(match device {
+        Device::Cpu => Box::new(CpuBackend::new(model, size.max_slots)?),
+        Device::Cuda(n) => {
+            let mut b = create_cuda(model, n, size)?;
+            b.warm_up().context("capturing the CUDA graphs")?;
+            Box::new(b)
+        }
+    })
 }

@@ -1,12 +1,9 @@
 //! `qwen3-tts`: the Qwen3-TTS inference server and its command-line tools.
 
-mod audio;
-mod backend;
-mod cli;
-
 use std::process::ExitCode;
 
 use clap::Parser;
+use tts_server::cli;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
@@ -16,6 +13,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,

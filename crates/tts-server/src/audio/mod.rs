@@ -14,9 +14,6 @@
 //! | `mp3` | MPEG-2 layer III, 64 kb/s CBR (LAME) | 24 ms + 55 ms look-ahead |
 //! | `flac` | FLAC, 16-bit, 1920-sample blocks | 80 ms (one block) |
 
-// The streaming encoders' user is the HTTP server, built next; remove when it is wired.
-#![allow(dead_code)]
-
 pub mod flac;
 pub mod format;
 pub mod mp3;

@@ -1,0 +1,19 @@
+//! `GET /metrics`: Prometheus text exposition.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use crate::server::state::AppState;
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let load = state.engine().map(|e| e.load());
+    let text = state.metrics().render(load, state.is_ready());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
