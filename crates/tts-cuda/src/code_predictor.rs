@@ -9,6 +9,7 @@ use tts_model::config::NUM_CODE_GROUPS;
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
+use crate::kernels;
 use crate::linear::{linear, Act, Rows};
 use crate::stack::{run_layers, Attention, Kv, Tokens};
 use crate::weights::{DevCodePredictor, DevTalker};
@@ -28,34 +29,16 @@ pub fn predict(
     let lay = &ws.layout;
     let slots = ws.inputs.at(lay.row_slots);
     let (rows1, rows2) = (ws.inputs.at(lay.cp_rows1), ws.inputs.at(lay.cp_rows2));
-    let g = NUM_CODE_GROUPS as i32;
-    gpu.launch(
-        "gather_u32",
-        (b as u32, 1, 1),
-        256,
-        &[
-            Arg::P(ws.slot_hidden.ptr),
-            Arg::I(th as i32),
-            Arg::I(th as i32),
-            Arg::P(slots),
-            Arg::I(b as i32),
-            Arg::P(ws.cp_h.ptr),
-            Arg::I(th as i32),
-        ],
-    )?;
-    gpu.launch(
-        "gather_u32",
-        (b as u32, 1, 1),
-        32,
-        &[
-            Arg::P(ws.slot_frames.ptr),
-            Arg::I(g),
-            Arg::I(g),
-            Arg::P(slots),
-            Arg::I(b as i32),
-            Arg::P(ws.frames.ptr),
-            Arg::I(g),
-        ],
+    kernels::gather_u32(gpu, ws.slot_hidden.ptr, th, th, slots, b, ws.cp_h.ptr, th)?;
+    kernels::gather_u32(
+        gpu,
+        ws.slot_frames.ptr,
+        NUM_CODE_GROUPS,
+        NUM_CODE_GROUPS,
+        slots,
+        b,
+        ws.frames.ptr,
+        NUM_CODE_GROUPS,
     )?;
     // Step 0 inputs, interleaved rows [hidden_r, code0_r].
     let h_rows = Rows {
@@ -185,18 +168,14 @@ pub fn predict(
             ],
         )?;
     }
-    gpu.launch(
-        "scatter_u32",
-        (b as u32, 1, 1),
-        32,
-        &[
-            Arg::P(ws.frames.ptr),
-            Arg::I(g),
-            Arg::I(g),
-            Arg::P(slots),
-            Arg::I(b as i32),
-            Arg::P(ws.slot_frames.ptr),
-            Arg::I(g),
-        ],
+    kernels::scatter_u32(
+        gpu,
+        ws.frames.ptr,
+        NUM_CODE_GROUPS,
+        NUM_CODE_GROUPS,
+        slots,
+        b,
+        ws.slot_frames.ptr,
+        NUM_CODE_GROUPS,
     )
 }

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod compile;
 pub mod device;
 pub mod error;
+pub mod kernels;
 pub mod libs;
 
 pub use backend::{CudaBackend, CudaOptions};

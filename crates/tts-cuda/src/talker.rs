@@ -9,6 +9,7 @@ use tts_model::config::NUM_CODE_GROUPS;
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
+use crate::kernels;
 use crate::linear::{linear, Act, Rows};
 use crate::stack::{final_norm, run_layers, Attention, Kv, Tokens};
 use crate::weights::{DevCodePredictor, DevTalker};
@@ -119,20 +120,7 @@ fn finish_rows(
         &ws.scratch,
     )?;
     final_norm(gpu, &t.stack, ws.last.ptr, h, n, ws.hidden.ptr)?;
-    gpu.launch(
-        "scatter_u32",
-        (n as u32, 1, 1),
-        256,
-        &[
-            Arg::P(ws.hidden.ptr),
-            Arg::I(h as i32),
-            Arg::I(h as i32),
-            Arg::P(slots),
-            Arg::I(n as i32),
-            Arg::P(ws.slot_hidden.ptr),
-            Arg::I(h as i32),
-        ],
-    )?;
+    kernels::scatter_u32(gpu, ws.hidden.ptr, h, h, slots, n, ws.slot_hidden.ptr, h)?;
     gpu.launch(
         "sample_talker",
         (n as u32, 1, 1),
@@ -152,19 +140,15 @@ fn finish_rows(
             Arg::I(1),
         ],
     )?;
-    gpu.launch(
-        "scatter_u32",
-        (n as u32, 1, 1),
-        32,
-        &[
-            Arg::P(ws.codes.ptr),
-            Arg::I(1),
-            Arg::I(1),
-            Arg::P(slots),
-            Arg::I(n as i32),
-            Arg::P(ws.slot_frames.ptr),
-            Arg::I(NUM_CODE_GROUPS as i32),
-        ],
+    kernels::scatter_u32(
+        gpu,
+        ws.codes.ptr,
+        1,
+        1,
+        slots,
+        n,
+        ws.slot_frames.ptr,
+        NUM_CODE_GROUPS,
     )
 }
 
@@ -243,20 +227,7 @@ pub fn prefill(
         positions,
     };
     run_layers(gpu, &t.stack, ws, tok, talker_kv(ws), Attention::Split)?;
-    gpu.launch(
-        "gather_u32",
-        (rows as u32, 1, 1),
-        256,
-        &[
-            Arg::P(ws.x.ptr),
-            Arg::I(h as i32),
-            Arg::I(h as i32),
-            Arg::P(last),
-            Arg::I(rows as i32),
-            Arg::P(ws.last.ptr),
-            Arg::I(h as i32),
-        ],
-    )?;
+    kernels::gather_u32(gpu, ws.x.ptr, h, h, last, rows, ws.last.ptr, h)?;
     finish_rows(gpu, t, ws, rows, row_slots, rules)
 }
 
@@ -278,19 +249,15 @@ pub fn step(
         ws.inputs.at(lay.text_ids),
     );
     text_vectors(gpu, t, ws, text_ids, b, ws.last.ptr)?;
-    gpu.launch(
-        "gather_u32",
-        (b as u32, 1, 1),
-        32,
-        &[
-            Arg::P(ws.slot_frames.ptr),
-            Arg::I(NUM_CODE_GROUPS as i32),
-            Arg::I(NUM_CODE_GROUPS as i32),
-            Arg::P(slots),
-            Arg::I(b as i32),
-            Arg::P(ws.frames.ptr),
-            Arg::I(NUM_CODE_GROUPS as i32),
-        ],
+    kernels::gather_u32(
+        gpu,
+        ws.slot_frames.ptr,
+        NUM_CODE_GROUPS,
+        NUM_CODE_GROUPS,
+        slots,
+        b,
+        ws.frames.ptr,
+        NUM_CODE_GROUPS,
     )?;
     gpu.launch(
         "frame_embedding",

@@ -1,0 +1,71 @@
+//! Typed launchers for the small row-moving kernels of `embed.cu`, with their shape
+//! contracts (32-bit words: f32 values or i32 codes alike).
+
+use crate::device::{Arg, Gpu};
+use crate::error::CudaError;
+
+fn block_for(width: usize) -> u32 {
+    if width >= 256 {
+        256
+    } else {
+        32
+    }
+}
+
+/// `out[r*ldo .. +width] = table[ids[r]*ldt .. +width]` for `r < rows`; rows whose id is
+/// negative (padding) are left untouched.
+#[allow(clippy::too_many_arguments)]
+pub fn gather_u32(
+    gpu: &Gpu,
+    table: u64,
+    ldt: usize,
+    width: usize,
+    ids: u64,
+    rows: usize,
+    out: u64,
+    ldo: usize,
+) -> Result<(), CudaError> {
+    gpu.launch(
+        "gather_u32",
+        (rows as u32, 1, 1),
+        block_for(width),
+        &[
+            Arg::P(table),
+            Arg::I(ldt as i32),
+            Arg::I(width as i32),
+            Arg::P(ids),
+            Arg::I(rows as i32),
+            Arg::P(out),
+            Arg::I(ldo as i32),
+        ],
+    )
+}
+
+/// `table[ids[r]*ldt .. +width] = src[r*lds .. +width]` for `r < rows`; rows whose id is
+/// negative (padding) write nothing.
+#[allow(clippy::too_many_arguments)]
+pub fn scatter_u32(
+    gpu: &Gpu,
+    src: u64,
+    lds: usize,
+    width: usize,
+    ids: u64,
+    rows: usize,
+    table: u64,
+    ldt: usize,
+) -> Result<(), CudaError> {
+    gpu.launch(
+        "scatter_u32",
+        (rows as u32, 1, 1),
+        block_for(width),
+        &[
+            Arg::P(src),
+            Arg::I(lds as i32),
+            Arg::I(width as i32),
+            Arg::P(ids),
+            Arg::I(rows as i32),
+            Arg::P(table),
+            Arg::I(ldt as i32),
+        ],
+    )
+}
