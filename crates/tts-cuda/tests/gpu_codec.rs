@@ -15,6 +15,8 @@
 //! 8.7e-3, rms 2.8e-4 (held to 5e-2 / 2e-3); TF32 flips the sign of ~0.5% of the
 //! saturated samples, rms 0.14 (held to rms 0.4; an unrelated signal gives about 1.4).
 
+mod common;
+
 use std::path::PathBuf;
 
 use tts_cuda::codec::{bench_decode, bench_decode_graph, CodecPrecision, DevCodec};
@@ -39,7 +41,7 @@ fn gpu_or_skip(test: &str) -> Option<Gpu> {
     match Gpu::open(0) {
         Ok(g) => Some(g),
         Err(CudaError::Unavailable(why)) => {
-            eprintln!("SKIPPED {test}: no CUDA device ({why})");
+            common::report_skip(&format!("{test}: no CUDA device ({why})"));
             None
         }
         Err(e) => panic!("{test}: opening the GPU: {e}"),

@@ -9,6 +9,8 @@
 //! prefill are within 2e-2 relative error (max |Δ| / max |ref|) and greedy codes are
 //! identical for the first frames compared.
 
+mod common;
+
 use std::path::Path;
 
 use tts_cuda::codec::CodecPrecision;
@@ -45,7 +47,7 @@ fn gpu_backend_with(model: &Model, test: &str, exact: bool) -> Option<CudaBacken
     match CudaBackend::new(model, opts) {
         Ok(b) => Some(b),
         Err(CudaError::Unavailable(why)) => {
-            eprintln!("SKIPPED {test}: no CUDA device ({why})");
+            common::report_skip(&format!("{test}: no CUDA device ({why})"));
             None
         }
         Err(e) => panic!("{test}: {e}"),
@@ -204,8 +206,8 @@ fn demo_model_matches_the_cpu_reference() {
 #[test]
 fn full_size_random_1_7b_matches_the_cpu_reference() {
     if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_ok() {
-        eprintln!(
-            "SKIPPED full_size_random_1_7b_matches_the_cpu_reference: QWEN3_TTS_SKIP_FULL_SIZE set"
+        common::report_skip(
+            "full_size_random_1_7b_matches_the_cpu_reference: QWEN3_TTS_SKIP_FULL_SIZE set",
         );
         return;
     }
@@ -291,7 +293,9 @@ fn tensor_core_linear_matches_the_gemv() {
     let gpu = match Gpu::open(0) {
         Ok(g) => g,
         Err(CudaError::Unavailable(why)) => {
-            eprintln!("SKIPPED tensor_core_linear_matches_the_gemv: no CUDA device ({why})");
+            common::report_skip(&format!(
+                "tensor_core_linear_matches_the_gemv: no CUDA device ({why})"
+            ));
             return;
         }
         Err(e) => panic!("{e}"),

@@ -80,7 +80,9 @@ async fn openai_python_sdk_streams_speech_to_a_file() {
     let python = match tokio::task::block_in_place(python_with_openai) {
         Ok(p) => p,
         Err(why) => {
-            println!("SKIPPED openai_python_sdk_streams_speech_to_a_file: {why}");
+            report_skip(&format!(
+                "openai_python_sdk_streams_speech_to_a_file: {why}"
+            ));
             return;
         }
     };

@@ -154,7 +154,9 @@ impl Driver {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn playground_plays_while_streaming_and_stop_cancels() {
     if let Err(why) = tokio::task::block_in_place(ensure_chromium) {
-        println!("SKIPPED playground_plays_while_streaming_and_stop_cancels: {why}");
+        report_skip(&format!(
+            "playground_plays_while_streaming_and_stop_cancels: {why}"
+        ));
         return;
     }
     let t = TestServer::start(config()).await;

@@ -291,3 +291,10 @@ pub fn sse_events(body: &str) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// Says that a test skipped, and why, on the real stderr: libtest captures `println!` of
+/// passing tests, and a skip must be visible in the test log.
+pub fn report_skip(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+}
