@@ -1,5 +1,5 @@
 //! The in-process engine load test (issue 4) on the CUDA backend:
-//! `engine_load <model> <rate> <seconds> [slots] [profile] [prompts file] [text mode]`,
+//! `cuda_engine_load <model> <rate> <seconds> [slots] [profile] [prompts file] [text mode]`,
 //! e.g. `random:1.7b 10 60 64 balanced crates/tts-bench/prompts/en.txt prefill`.
 //! Poisson arrivals, simulated immediate playback; prints TTFA percentiles and underruns.
 
