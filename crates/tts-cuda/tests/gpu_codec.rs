@@ -23,10 +23,9 @@ use tts_cuda::codec::{bench_decode, bench_decode_graph, CodecPrecision, DevCodec
 use tts_cuda::device::Gpu;
 use tts_cuda::weights::HostLoader;
 use tts_cuda::CudaError;
-use tts_model::checkpoint::{Init, SafetensorsFiles, WeightSource};
-use tts_model::reference::codec::CodecDecoder;
-use tts_model::reference::stack::CpuTensor;
-use tts_model::weights::{CodecW, TensorLoader};
+use tts_model::checkpoint::SafetensorsFiles;
+use tts_model::reference::load_codec;
+use tts_model::weights::CodecW;
 use tts_model::{Frame, LoadOptions, Model};
 
 const F32_TOL: f32 = 5e-4;
@@ -45,24 +44,6 @@ fn gpu_or_skip(test: &str) -> Option<Gpu> {
             None
         }
         Err(e) => panic!("{test}: opening the GPU: {e}"),
-    }
-}
-
-struct CpuLoader<'a>(&'a WeightSource);
-
-impl TensorLoader for CpuLoader<'_> {
-    type T = CpuTensor;
-    fn load(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        init: Init,
-    ) -> Result<CpuTensor, tts_model::ModelError> {
-        let t = self.0.tensor(name, shape, init)?;
-        Ok(CpuTensor {
-            data: t.to_f32(),
-            shape: t.shape,
-        })
     }
 }
 
@@ -103,9 +84,7 @@ fn case(name: &str) -> Case {
 }
 
 fn cpu_decode(model: &Model, codes: &[Frame]) -> Vec<f32> {
-    let w =
-        CodecW::load(&model.codec, &mut CpuLoader(&model.codec_weights)).expect("codec weights");
-    let dec = CodecDecoder::new(&model.codec, w);
+    let dec = load_codec(model).expect("codec weights");
     let mut st = dec.new_state();
     dec.decode(codes, &mut st)
 }

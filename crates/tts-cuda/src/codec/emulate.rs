@@ -592,32 +592,12 @@ impl Emu {
 mod tests {
     use std::path::PathBuf;
 
-    use tts_model::checkpoint::{Init, SafetensorsFiles, WeightSource};
-    use tts_model::reference::codec::CodecDecoder;
-    use tts_model::reference::stack::CpuTensor;
-    use tts_model::weights::TensorLoader;
+    use tts_model::checkpoint::SafetensorsFiles;
+    use tts_model::reference::load_codec;
     use tts_model::{LoadOptions, Model};
 
     use super::*;
     use crate::weights::HostLoader;
-
-    struct CpuLoader<'a>(&'a WeightSource);
-
-    impl TensorLoader for CpuLoader<'_> {
-        type T = CpuTensor;
-        fn load(
-            &mut self,
-            name: &str,
-            shape: &[usize],
-            init: Init,
-        ) -> Result<CpuTensor, tts_model::ModelError> {
-            let t = self.0.tensor(name, shape, init)?;
-            Ok(CpuTensor {
-                data: t.to_f32(),
-                shape: t.shape,
-            })
-        }
-    }
 
     fn fixtures() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
@@ -654,8 +634,7 @@ mod tests {
     }
 
     fn cpu_decode(model: &Model, codes: &[Frame]) -> Vec<f32> {
-        let w = CodecW::load(&model.codec, &mut CpuLoader(&model.codec_weights)).unwrap();
-        let dec = CodecDecoder::new(&model.codec, w);
+        let dec = load_codec(model).unwrap();
         let mut st = dec.new_state();
         dec.decode(codes, &mut st)
     }
