@@ -58,19 +58,7 @@ pub fn predict(
             2 * ch,
             &ws.scratch,
         )?,
-        None => gpu.launch(
-            "copy_rows",
-            (b as u32, 1, 1),
-            256,
-            &[
-                Arg::P(ws.cp_h.ptr),
-                Arg::I(th as i32),
-                Arg::P(ws.cp_x.ptr),
-                Arg::I(2 * ch as i32),
-                Arg::I(ch as i32),
-                Arg::I(b as i32),
-            ],
-        )?,
+        None => kernels::copy_rows(gpu, ws.cp_h.ptr, th, ws.cp_x.ptr, 2 * ch, ch, b)?,
     }
     gpu.launch(
         "cp_first_input",

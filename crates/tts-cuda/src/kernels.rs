@@ -1,5 +1,5 @@
 //! Typed launchers for the small row-moving kernels of `embed.cu`, with their shape
-//! contracts (32-bit words: f32 values or i32 codes alike).
+//! contracts. The `_u32` kernels move 32-bit words (f32 values or i32 codes alike).
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
@@ -66,6 +66,61 @@ pub fn scatter_u32(
             Arg::I(rows as i32),
             Arg::P(table),
             Arg::I(ldt as i32),
+        ],
+    )
+}
+
+/// `dst[r*ldd .. +width] = src[r*lds .. +width]` (f32) for `r < rows`.
+pub fn copy_rows(
+    gpu: &Gpu,
+    src: u64,
+    lds: usize,
+    dst: u64,
+    ldd: usize,
+    width: usize,
+    rows: usize,
+) -> Result<(), CudaError> {
+    gpu.launch(
+        "copy_rows",
+        (rows as u32, 1, 1),
+        256,
+        &[
+            Arg::P(src),
+            Arg::I(lds as i32),
+            Arg::P(dst),
+            Arg::I(ldd as i32),
+            Arg::I(width as i32),
+            Arg::I(rows as i32),
+        ],
+    )
+}
+
+/// Embedding lookup from a bf16 table `[*, width]` into f32 rows:
+/// `out[r*ldo .. +width] (+)= table[ids[r]]` for `r < rows` (adds when `accumulate`);
+/// a negative id reads as a zero vector.
+#[allow(clippy::too_many_arguments)]
+pub fn gather_rows(
+    gpu: &Gpu,
+    table: u64,
+    width: usize,
+    ids: u64,
+    rows: usize,
+    out: u64,
+    ldo: usize,
+    accumulate: bool,
+) -> Result<(), CudaError> {
+    gpu.launch(
+        "gather_rows",
+        (rows as u32, 1, 1),
+        256,
+        &[
+            Arg::P(table),
+            Arg::I(width as i32),
+            Arg::P(ids),
+            Arg::I(rows as i32),
+            Arg::P(out),
+            Arg::I(ldo as i32),
+            Arg::I(accumulate as i32),
         ],
     )
 }

@@ -43,19 +43,15 @@ fn text_vectors(
     out: u64,
 ) -> Result<(), CudaError> {
     let th = t.text_hidden;
-    gpu.launch(
-        "gather_rows",
-        (n as u32, 1, 1),
-        256,
-        &[
-            Arg::P(t.text_embedding.ptr),
-            Arg::I(th as i32),
-            Arg::P(ids),
-            Arg::I(n as i32),
-            Arg::P(ws.text_in.ptr),
-            Arg::I(th as i32),
-            Arg::I(0),
-        ],
+    kernels::gather_rows(
+        gpu,
+        t.text_embedding.ptr,
+        th,
+        ids,
+        n,
+        ws.text_in.ptr,
+        th,
+        false,
     )?;
     let r = Rows {
         ptr: ws.text_in.ptr,
@@ -206,19 +202,15 @@ pub fn prefill(
     let row_slots = ws.prefill_ints.at(4 * n + rows);
 
     text_vectors(gpu, t, ws, text_ids, n, ws.x.ptr)?;
-    gpu.launch(
-        "gather_rows",
-        (n as u32, 1, 1),
-        256,
-        &[
-            Arg::P(t.codec_embedding.ptr),
-            Arg::I(h as i32),
-            Arg::P(codec_ids),
-            Arg::I(n as i32),
-            Arg::P(ws.x.ptr),
-            Arg::I(h as i32),
-            Arg::I(1),
-        ],
+    kernels::gather_rows(
+        gpu,
+        t.codec_embedding.ptr,
+        h,
+        codec_ids,
+        n,
+        ws.x.ptr,
+        h,
+        true,
     )?;
     let tok = Tokens {
         x: ws.x.ptr,
@@ -283,18 +275,6 @@ pub fn step(
         positions,
     };
     run_layers(gpu, &t.stack, ws, tok, talker_kv(ws), Attention::Split)?;
-    gpu.launch(
-        "copy_rows",
-        (b as u32, 1, 1),
-        256,
-        &[
-            Arg::P(ws.x.ptr),
-            Arg::I(h as i32),
-            Arg::P(ws.last.ptr),
-            Arg::I(h as i32),
-            Arg::I(h as i32),
-            Arg::I(b as i32),
-        ],
-    )?;
+    kernels::copy_rows(gpu, ws.x.ptr, h, ws.last.ptr, h, h, b)?;
     finish_rows(gpu, t, ws, b, slots, rules)
 }
