@@ -2,16 +2,13 @@
 //! metrics scraping, audio decoders and polling without timing assertions.
 #![allow(dead_code)]
 
-use std::io::Cursor;
+pub mod decode;
+// Not every test binary decodes audio.
+#[allow(unused_imports)]
+pub use decode::{opus_decode, symphonia_decode};
+
 use std::time::Duration;
 
-use symphonia::core::audio::SampleBuffer;
-use symphonia::core::codecs::DecoderOptions;
-use symphonia::core::errors::Error as SymphoniaError;
-use symphonia::core::formats::FormatOptions;
-use symphonia::core::io::MediaSourceStream;
-use symphonia::core::meta::MetadataOptions;
-use symphonia::core::probe::Hint;
 use tts_server::server::{Server, ServerConfig, ServerMetrics};
 
 /// A server on 127.0.0.1:0 with the demo model on the CPU.
@@ -207,74 +204,6 @@ pub fn s16le(bytes: &[u8]) -> Vec<i16> {
         .chunks_exact(2)
         .map(|b| i16::from_le_bytes([b[0], b[1]]))
         .collect()
-}
-
-/// Decodes a whole file with symphonia (wav, flac, mp3): (sample rate, samples).
-pub fn symphonia_decode<S: symphonia::core::conv::ConvertibleSample>(
-    bytes: &[u8],
-    ext: &str,
-) -> (u32, Vec<S>) {
-    let mss = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
-    let mut hint = Hint::new();
-    hint.with_extension(ext);
-    let probed = symphonia::default::get_probe()
-        .format(
-            &hint,
-            mss,
-            &FormatOptions::default(),
-            &MetadataOptions::default(),
-        )
-        .expect("probe");
-    let mut reader = probed.format;
-    let track = reader.default_track().expect("track");
-    let rate = track.codec_params.sample_rate.expect("rate");
-    assert_eq!(track.codec_params.channels.map(|c| c.count()), Some(1));
-    let mut decoder = symphonia::default::get_codecs()
-        .make(&track.codec_params, &DecoderOptions::default())
-        .expect("decoder");
-    let mut out = Vec::new();
-    loop {
-        let packet = match reader.next_packet() {
-            Ok(p) => p,
-            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                break
-            }
-            Err(e) => panic!("{ext}: {e}"),
-        };
-        let decoded = decoder.decode(&packet).expect("decode");
-        let mut buf = SampleBuffer::<S>::new(decoded.capacity() as u64, *decoded.spec());
-        buf.copy_interleaved_ref(decoded);
-        out.extend_from_slice(buf.samples());
-    }
-    (rate, out)
-}
-
-/// Decodes Ogg Opus as RFC 7845 says: samples at 24 kHz after pre-skip, up to the last
-/// granule position.
-pub fn opus_decode(bytes: &[u8]) -> Vec<f32> {
-    let mut reader = ogg::reading::PacketReader::new(Cursor::new(bytes.to_vec()));
-    let head = reader.read_packet().unwrap().expect("OpusHead");
-    assert_eq!(&head.data[..8], b"OpusHead");
-    let pre_skip = u64::from(u16::from_le_bytes([head.data[10], head.data[11]]));
-    let tags = reader.read_packet().unwrap().expect("OpusTags");
-    assert_eq!(&tags.data[..8], b"OpusTags");
-    let mut dec = opus::Decoder::new(24_000, opus::Channels::Mono).unwrap();
-    let mut decoded = Vec::new();
-    let mut buf = vec![0f32; 5760];
-    let mut last_granule = 0;
-    let mut eos = false;
-    while let Some(p) = reader.read_packet().unwrap() {
-        let n = dec.decode_float(&p.data, &mut buf, false).unwrap();
-        decoded.extend_from_slice(&buf[..n]);
-        if p.last_in_page() {
-            last_granule = p.absgp_page();
-        }
-        eos = p.last_in_stream();
-    }
-    assert!(eos, "the last page ends the stream");
-    let start = (pre_skip / 2) as usize;
-    let len = ((last_granule - pre_skip) / 2) as usize;
-    decoded[start..start + len].to_vec()
 }
 
 /// Parses an SSE body into its JSON events (`data:` lines), checking the framing.
