@@ -66,20 +66,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..LoadSpec::default()
     };
     if let Some(costs) = a.sim.as_deref() {
-        let costs = match costs {
-            "gpu" => StageCosts::gpu_like(),
-            "cpu" => StageCosts {
-                prefill_base: Duration::from_millis(5),
-                prefill_per_row: Duration::from_millis(4),
-                code_predictor_base: Duration::from_millis(1),
-                code_predictor_per_row: Duration::from_millis(1),
-                talker_base: Duration::from_millis(1),
-                talker_per_row: Duration::from_millis(1),
-                codec_base: Duration::from_millis(1),
-                codec_per_frame: Duration::from_micros(500),
-            },
-            other => return Err(format!("unknown --sim costs `{other}` (gpu or cpu)").into()),
-        };
+        let costs = StageCosts::named(costs)
+            .ok_or_else(|| format!("unknown --sim costs `{costs}` (gpu or cpu)"))?;
         let sim = SimConfig {
             profile: a.profile,
             costs,

@@ -51,6 +51,30 @@ impl StageCosts {
         }
     }
 
+    /// A CPU-like profile: every row costs about as much as the fixed part.
+    pub fn cpu_like() -> Self {
+        let ms = Duration::from_millis;
+        Self {
+            prefill_base: ms(5),
+            prefill_per_row: ms(4),
+            code_predictor_base: ms(1),
+            code_predictor_per_row: ms(1),
+            talker_base: ms(1),
+            talker_per_row: ms(1),
+            codec_base: ms(1),
+            codec_per_frame: Duration::from_micros(500),
+        }
+    }
+
+    /// The profile a command line names: `gpu` or `cpu`.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "gpu" => Some(Self::gpu_like()),
+            "cpu" => Some(Self::cpu_like()),
+            _ => None,
+        }
+    }
+
     /// What a call of `stage` with `rows` rows (and `frames` frames in total, for the
     /// codec) costs.
     pub fn cost(&self, stage: Stage, rows: usize, frames: usize) -> Duration {

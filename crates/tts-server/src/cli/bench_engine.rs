@@ -110,19 +110,8 @@ pub fn run(a: BenchEngineArgs) -> anyhow::Result<()> {
 }
 
 fn simulate(a: &BenchEngineArgs, costs: &str) -> anyhow::Result<()> {
-    let costs = match costs {
-        "gpu" => StageCosts::gpu_like(),
-        "cpu" => StageCosts {
-            prefill_base: Duration::from_millis(5),
-            prefill_per_row: Duration::from_millis(4),
-            code_predictor_base: Duration::from_millis(1),
-            code_predictor_per_row: Duration::from_millis(1),
-            talker_base: Duration::from_millis(1),
-            talker_per_row: Duration::from_millis(1),
-            codec_base: Duration::from_millis(1),
-            codec_per_frame: Duration::from_micros(500),
-        },
-        other => anyhow::bail!("unknown --sim costs `{other}` (gpu or cpu)"),
+    let Some(costs) = StageCosts::named(costs) else {
+        anyhow::bail!("unknown --sim costs `{costs}` (gpu or cpu)");
     };
     let sim = SimConfig {
         profile: a.profile.clone(),
