@@ -28,19 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     opts.limits.max_batch = max_batch;
     opts.limits.max_positions = 512;
     let mut b = CudaBackend::new(&model, opts)?;
-    println!(
-        "{:<16} {:>6} {:>10} {:>10} {:>12}",
-        "stage", "batch", "gpu ms", "api ms", "weights TB/s"
-    );
-    for r in tts_cuda::bench::bench_stages(&mut b, &model, &batches, iters, 2)? {
-        println!(
-            "{:<16} {:>6} {:>10.3} {:>10.3} {:>12.2}",
-            r.stage,
-            r.batch,
-            r.ms,
-            r.api_ms,
-            r.tb_per_s()
-        );
-    }
+    let rows = tts_cuda::bench::bench_stages(&mut b, &model, &batches, iters, 2)?;
+    print!("{}", tts_cuda::bench::stage_table(&rows));
     Ok(())
 }

@@ -34,6 +34,25 @@ impl StageTiming {
     }
 }
 
+/// The stage results as a text table (header line, then one line per timing).
+pub fn stage_table(rows: &[StageTiming]) -> String {
+    let mut out = format!(
+        "{:<16} {:>6} {:>10} {:>10} {:>12}\n",
+        "stage", "batch", "gpu ms", "api ms", "weights TB/s"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<16} {:>6} {:>10.3} {:>10.3} {:>12.2}\n",
+            r.stage,
+            r.batch,
+            r.ms,
+            r.api_ms,
+            r.tb_per_s()
+        );
+    }
+    out
+}
+
 /// Allocates and prefills `n` slots with a realistic prompt (streaming text mode, ~60
 /// characters), then runs `context` frames so attention sees a realistic history.
 fn prepare(
@@ -299,4 +318,26 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_table_has_a_header_and_one_line_per_timing() {
+        let rows = [StageTiming {
+            stage: "talker_step",
+            batch: 4,
+            ms: 2.0,
+            api_ms: 2.125,
+            weight_bytes: 3_000_000_000,
+        }];
+        let table = stage_table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2, "{table}");
+        assert!(lines[0].starts_with("stage") && lines[0].ends_with("weights TB/s"));
+        let fields: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(fields, ["talker_step", "4", "2.000", "2.125", "1.50"]);
+    }
 }

@@ -61,25 +61,16 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
     let device = tts_model::Backend::info(&b).device.clone();
     let rows = tts_cuda::bench::bench_stages(&mut b, &model, &a.batches, a.iters, a.codec_frames)?;
     println!("model {} on {device}", model.name);
-    println!(
-        "{:<16} {:>6} {:>10} {:>10} {:>12}",
-        "stage", "batch", "gpu ms", "api ms", "weights TB/s"
-    );
-    let mut json = Vec::new();
-    for r in &rows {
-        println!(
-            "{:<16} {:>6} {:>10.3} {:>10.3} {:>12.2}",
-            r.stage,
-            r.batch,
-            r.ms,
-            r.api_ms,
-            r.tb_per_s()
-        );
-        json.push(serde_json::json!({
-            "stage": r.stage, "batch": r.batch, "gpu_ms": r.ms, "api_ms": r.api_ms,
-            "weight_bytes": r.weight_bytes, "weight_tb_per_s": r.tb_per_s(),
-        }));
-    }
+    print!("{}", tts_cuda::bench::stage_table(&rows));
+    let json: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "stage": r.stage, "batch": r.batch, "gpu_ms": r.ms, "api_ms": r.api_ms,
+                "weight_bytes": r.weight_bytes, "weight_tb_per_s": r.tb_per_s(),
+            })
+        })
+        .collect();
     if let Some(path) = &a.out {
         let doc = serde_json::json!({
             "model": model.name, "device": device, "iters": a.iters,
