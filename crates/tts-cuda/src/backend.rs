@@ -9,7 +9,9 @@ use std::collections::HashMap;
 
 use cudarc::driver::sys as dsys;
 use cudarc::driver::CudaGraph;
-use tts_model::backend::{Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow};
+use tts_model::backend::{
+    first_free_slot, Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow,
+};
 use tts_model::config::NUM_CODE_GROUPS;
 use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
@@ -354,13 +356,7 @@ impl Backend for CudaBackend {
 
     fn alloc_slot(&mut self, params: &SamplingParams) -> Result<SlotId, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
-        let free = self
-            .slots
-            .iter()
-            .position(|s| s.is_none())
-            .ok_or(BackendError::NoFreeSlot {
-                capacity: self.slots.len(),
-            })?;
+        let free = first_free_slot(&self.slots)?;
         let p = params;
         let mut words = [0u32; 16];
         words[0] = p.seed as u32;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tts_model::backend::first_free_slot;
 use tts_model::{
     Backend, BackendError, BackendInfo, CodecRow, Frame, PrefillRow, SamplingParams, SlotId,
     StepRow,
@@ -224,13 +225,7 @@ impl Backend for FakeBackend {
     }
 
     fn alloc_slot(&mut self, params: &SamplingParams) -> Result<SlotId, BackendError> {
-        let free = self
-            .slots
-            .iter()
-            .position(Option::is_none)
-            .ok_or(BackendError::NoFreeSlot {
-                capacity: self.slots.len(),
-            })?;
+        let free = first_free_slot(&self.slots)?;
         self.slots[free] = Some(FakeSlot {
             seed: params.seed,
             frames: 0,

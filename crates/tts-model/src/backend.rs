@@ -21,6 +21,16 @@ pub type Frame = [u32; NUM_CODE_GROUPS];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SlotId(pub u32);
 
+/// The index of the first free entry of a backend's slot table, or `NoFreeSlot`.
+pub fn first_free_slot<T>(slots: &[Option<T>]) -> Result<usize, BackendError> {
+    slots
+        .iter()
+        .position(Option::is_none)
+        .ok_or(BackendError::NoFreeSlot {
+            capacity: slots.len(),
+        })
+}
+
 /// One row of a prefill batch.
 #[derive(Debug, Clone, Copy)]
 pub struct PrefillRow<'a> {

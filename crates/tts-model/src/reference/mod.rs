@@ -9,7 +9,9 @@ pub mod talker;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow};
+use crate::backend::{
+    first_free_slot, Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow,
+};
 use crate::checkpoint::{Init, WeightSource};
 use crate::config::NUM_CODE_GROUPS;
 use crate::error::{BackendError, ModelError};
@@ -194,13 +196,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_slot(&mut self, params: &SamplingParams) -> Result<SlotId, BackendError> {
-        let free = self
-            .slots
-            .iter()
-            .position(|s| s.is_none())
-            .ok_or(BackendError::NoFreeSlot {
-                capacity: self.slots.len(),
-            })?;
+        let free = first_free_slot(&self.slots)?;
         self.slots[free] = Some(CpuSlot {
             params: *params,
             kv: StackKv::new(self.model.talker.stack.dims.layers),
