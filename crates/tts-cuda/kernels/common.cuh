@@ -54,3 +54,24 @@ __device__ float block_sum(float v, float* scratch /* >= 33 floats */) {
     __syncthreads();
     return scratch[32];
 }
+
+// Programmatic dependent launch (sm_90). The backend launches the kernels of gemv.cu,
+// mma.cu, attention.cu, sampling.cu, embed.cu and ops.cu with the PDL attribute, so one may
+// start while the previous kernel is still finishing. Each of them calls pdl_wait() before
+// it reads anything an earlier kernel or copy wrote, or writes anything (only immutable
+// weights may be touched before it), then pdl_trigger() to let the next kernel launch.
+// Without the attribute both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Asks for the cache line holding `p` to be brought into L2 (no register is bound).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}

@@ -7,6 +7,8 @@
 extern "C" __global__ void gather_rows(const bf16* __restrict__ table, int D,
                                        const int* __restrict__ ids, int rows, float* out,
                                        int ldo, int accumulate) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     int id = ids[r];
@@ -22,6 +24,8 @@ extern "C" __global__ void gather_rows(const bf16* __restrict__ table, int D,
 extern "C" __global__ void gather_rows_f32(const float* __restrict__ table, int D,
                                            const int* __restrict__ ids, int rows, float* out,
                                            int ldo, int accumulate) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     int id = ids[r];
@@ -41,6 +45,8 @@ extern "C" __global__ void frame_embedding(const bf16* __restrict__ codec,
                                            const int* __restrict__ frames,
                                            const float* __restrict__ text, int ldt, float* out,
                                            int ldo, int rows, int cp_vocab) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     const int* f = frames + r * 16;
@@ -58,6 +64,8 @@ extern "C" __global__ void frame_embedding(const bf16* __restrict__ codec,
 // Copies rows: dst[r*ldd + i] = src[r*lds + i] for i < D (strided row copy).
 extern "C" __global__ void copy_rows(const float* __restrict__ src, int lds, float* dst, int ldd,
                                      int D, int rows) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     for (int i = threadIdx.x; i < D; i += blockDim.x) dst[(size_t)r * ldd + i] = src[(size_t)r * lds + i];
@@ -68,6 +76,8 @@ extern "C" __global__ void copy_rows(const float* __restrict__ src, int lds, flo
 extern "C" __global__ void gather_u32(const unsigned int* __restrict__ table, int ldt, int D,
                                       const int* __restrict__ ids, int rows,
                                       unsigned int* out, int ldo) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows || ids[r] < 0) return;
     const unsigned int* t = table + (size_t)ids[r] * ldt;
@@ -78,6 +88,8 @@ extern "C" __global__ void gather_u32(const unsigned int* __restrict__ table, in
 extern "C" __global__ void scatter_u32(const unsigned int* __restrict__ src, int lds, int D,
                                        const int* __restrict__ ids, int rows,
                                        unsigned int* table, int ldt) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows || ids[r] < 0) return;
     unsigned int* t = table + (size_t)ids[r] * ldt;
@@ -90,6 +102,8 @@ extern "C" __global__ void scatter_u32(const unsigned int* __restrict__ src, int
 extern "C" __global__ void cp_first_input(const float* __restrict__ folded,
                                           const bf16* __restrict__ raw, int D,
                                           const int* __restrict__ frames, int rows, float* out) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     int code = frames[r * 16];

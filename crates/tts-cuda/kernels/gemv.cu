@@ -28,6 +28,26 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ W, int N, int
     __shared__ float s_inv[M];
     __shared__ float s_part[GEMV_WARPS][GEMV_R * M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int groups = GEMV_WARPS / ksplit;
+    const int g = warp / ksplit, part = warp % ksplit;
+    const int n0 = (blockIdx.x * groups + g) * GEMV_R;
+    // this warp's K slice, in whole 256-element steps
+    const int steps = (K + 255) / 256;
+    const int per = (steps + ksplit - 1) / ksplit;
+    const int k_begin = part * per * 256, k_end = min(K, (part + 1) * per * 256);
+    // The weights do not depend on earlier kernels: start fetching the first pass of this
+    // lane's chunks while the previous kernel may still be running, then wait for it.
+    if (n0 < N) {
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            int idx = k_begin + lane * 8 + u * 256;
+#pragma unroll
+            for (int r = 0; r < GEMV_R; r++)
+                if (idx < k_end) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + idx);
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
     if (norm_w) {
         for (int m = warp; m < M; m += GEMV_WARPS) {
             float s = 0.f;
@@ -37,14 +57,6 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ W, int N, int
         }
         __syncthreads();
     }
-    const int groups = GEMV_WARPS / ksplit;
-    const int g = warp / ksplit, part = warp % ksplit;
-    const int n0 = (blockIdx.x * groups + g) * GEMV_R;
-    // this warp's K slice, in whole 256-element steps
-    const int steps = (K + 255) / 256;
-    const int per = (steps + ksplit - 1) / ksplit;
-    const int k_begin = part * per * 256, k_end = min(K, (part + 1) * per * 256);
-
     float acc[GEMV_R][M];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++)

@@ -10,6 +10,8 @@
 extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, int K,
                                         const float* __restrict__ g, float eps, bf16* out,
                                         int ldo, int rows) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     __shared__ float scratch[33];
@@ -35,6 +37,8 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
                                            const float* __restrict__ bias, int act,
                                            const float* res, int ldr, float* y, int ldy,
                                            int rows) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     const float* a = acc + (size_t)r * N;
@@ -62,6 +66,8 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
 extern "C" __global__ void rms_norm_rows(const float* __restrict__ x, int ldx, int K,
                                          const float* __restrict__ g, float eps, float* out,
                                          int ldo, int rows) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     __shared__ float scratch[33];
@@ -75,6 +81,8 @@ extern "C" __global__ void rms_norm_rows(const float* __restrict__ x, int ldx, i
 
 // t[r][n] += b[n] for rows r < rows (one block per row).
 extern "C" __global__ void add_bias_rows(float* t, int N, const float* __restrict__ b, int rows) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     for (int n = threadIdx.x; n < N; n += blockDim.x) t[(size_t)r * N + n] += b[n];

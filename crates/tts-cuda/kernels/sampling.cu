@@ -273,6 +273,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
     const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
     unsigned int* params, unsigned int* seen, int seen_words, int eos, int suppress_from,
     int min_new, int* out, int out_stride) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     int slot = slots[r];
@@ -308,6 +310,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
     const unsigned int* __restrict__ params, int step, int* frames,
     const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
     int ldx) {
+    pdl_wait();
+    pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
     int slot = slots[r];

@@ -7,8 +7,6 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::sys as dsys;
-use cudarc::driver::CudaGraph;
 use tts_model::backend::{
     first_free_slot, Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow,
 };
@@ -18,7 +16,7 @@ use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Model};
 
 use crate::codec::{CodecPrecision, DevCodec};
-use crate::device::Gpu;
+use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::talker::{prefill, step, write_prefill_inputs, PrefillPlan, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
@@ -74,14 +72,6 @@ enum Codec {
     Gpu(Box<DevCodec>),
     Cpu(Box<CodecDecoder>, HashMap<u32, CodecState>),
 }
-
-/// An instantiated CUDA graph that may move between threads with its backend.
-struct Graph(CudaGraph);
-
-// SAFETY: CUDA requires graph objects to be used by one thread at a time; a `Graph` is only
-// reachable through `&mut CudaBackend`, so every use is serialised, and `launch` binds the
-// context to whichever thread calls it.
-unsafe impl Send for Graph {}
 
 /// Which stage a graph runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,25 +212,15 @@ impl CudaBackend {
             return Ok(true);
         }
         // Capture records without executing: the inputs are written before each replay.
-        self.gpu
-            .stream
-            .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let enq = self.enqueue(kind, b);
-        let g = self
-            .gpu
-            .stream
-            .end_capture(dsys::CUgraphInstantiate_flags(0))?;
-        enq?;
-        let g = g.ok_or_else(|| CudaError::Driver("graph capture produced no graph".into()))?;
-        g.upload()?;
-        self.graphs.insert((kind, b), Graph(g));
+        let g = Graph::capture(&self.gpu, |_| self.enqueue(kind, b))?;
+        self.graphs.insert((kind, b), g);
         Ok(true)
     }
 
     fn run(&mut self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
         if self.graph(kind, b)? {
             if let Some(g) = self.graphs.get(&(kind, b)) {
-                g.0.launch()?;
+                g.launch()?;
                 return Ok(());
             }
         }

@@ -246,10 +246,11 @@ pub struct KernelTiming {
     pub tb_per_s: f64,
 }
 
-/// Times GEMV launches on the release layer shapes for several row counts: each case is a
-/// graph of 64 launches cycling through enough weight copies to defeat the L2 cache.
+/// Times linear layers on the release layer shapes for several row counts and each path
+/// that takes them (GEMV up to 8 rows, tensor cores, cuBLAS): each case is a graph of 64
+/// launches cycling through enough weight copies to defeat the L2 cache.
 pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
-    use crate::linear::{linear, Act, GemmScratch, Linear, Rows};
+    use crate::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
     let shapes: &[(&str, usize, usize)] = &[
         ("talker qkv", 4096, 2048),
         ("talker o", 2048, 2048),
@@ -262,7 +263,13 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         ("cp down", 1024, 3072),
         ("cp head", 2048, 1024),
     ];
-    let scratch = GemmScratch::new(gpu, 64, 6144, 12288)?;
+    let mut scratch = GemmScratch::new(gpu, 128, 6144, 12288)?;
+    let path = |p| LinearPaths { force: Some(p) };
+    let (gemv, tc, cublas) = (
+        LinearPath::Gemv,
+        LinearPath::TensorCores,
+        LinearPath::Cublas,
+    );
     let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
     let mut out = Vec::new();
@@ -275,7 +282,21 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         let layers: Vec<Linear> = (0..copies)
             .map(|_| Linear::new(gpu, &w, n, k, None))
             .collect::<Result<_, _>>()?;
-        for m in [1usize, 4, 8, 16, 64] {
+        let cases = [
+            ("gemv", 1usize, path(gemv)),
+            ("tc", 1, path(tc)),
+            ("gemv", 4, path(gemv)),
+            ("tc", 4, path(tc)),
+            ("gemv", 8, path(gemv)),
+            ("tc", 8, path(tc)),
+            ("tc", 16, path(tc)),
+            ("cublas", 16, path(cublas)),
+            ("tc", 64, path(tc)),
+            ("cublas", 64, path(cublas)),
+        ];
+        for (label, m, paths) in cases {
+            scratch.paths = paths;
+            let scratch = &scratch;
             let launches = 64;
             let enqueue = |gpu: &crate::device::Gpu| -> Result<(), CudaError> {
                 for i in 0..launches {
@@ -285,16 +306,11 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
                         ld: k,
                         count: m,
                     };
-                    linear(gpu, l, rows, None, Act::None, None, y.ptr, n, &scratch)?;
+                    linear(gpu, l, rows, None, Act::None, None, y.ptr, n, scratch)?;
                 }
                 Ok(())
             };
-            gpu.stream
-                .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let r = enqueue(gpu);
-            let g = gpu.stream.end_capture(dsys::CUgraphInstantiate_flags(0))?;
-            r?;
-            let g = g.ok_or_else(|| CudaError::Driver("no graph".into()))?;
+            let g = crate::device::Graph::capture(gpu, enqueue)?;
             g.launch()?;
             gpu.sync()?;
             let e0 = gpu
@@ -311,7 +327,7 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             gpu.sync()?;
             let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (5 * launches) as f64;
             out.push(KernelTiming {
-                name: format!("gemv {name} [{n}x{k}] m={m}"),
+                name: format!("{label} {name} [{n}x{k}] m={m}"),
                 us,
                 tb_per_s: bytes as f64 / (us * 1e-6) / 1e12,
             });

@@ -92,7 +92,7 @@ pub fn predict(
         ws,
         tok,
         kv,
-        Attention::FusedShort { tokens_per_row: 2 },
+        Attention::Fused { tokens_per_row: 2 },
     )?;
     // The head reads each row's second token.
     let mut last = Rows {
@@ -115,7 +115,7 @@ pub fn predict(
                 ws,
                 tok,
                 kv,
-                Attention::FusedShort { tokens_per_row: 1 },
+                Attention::Fused { tokens_per_row: 1 },
             )?;
             last = Rows {
                 ptr: ws.cp_x.ptr,

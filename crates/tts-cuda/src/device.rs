@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use cudarc::cublas::sys as bsys;
 use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys as dsys;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -19,22 +20,24 @@ use crate::compile;
 use crate::error::CudaError;
 use crate::libs;
 
-/// Names of every kernel the backend launches (checked at start-up).
+/// Names of the decoding kernels (checked at start-up). Each calls `pdl_wait()` before it
+/// touches data of earlier work (`common.cuh`), so they are launched with programmatic
+/// dependent launch when it is on (`Gpu::pdl`).
 pub const KERNELS: &[&str] = &[
     "gemv_m1",
     "gemv_m2",
     "gemv_m4",
     "gemv_m8",
+    "mma_linear_t1",
     "mma_linear_t2",
     "mma_linear_t4",
     "mma_linear_t8",
-    "rms_inv_rows",
     "qk_norm_rope_kv",
     "qk_norm_rope_kv_f32",
     "decode_attention",
     "decode_attention_f32",
-    "short_attention",
-    "short_attention_f32",
+    "fused_attention",
+    "fused_attention_f32",
     "gather_rows",
     "gather_rows_f32",
     "frame_embedding",
@@ -73,6 +76,9 @@ impl<T> DBuf<T> {
     }
 }
 
+/// Most arguments a kernel takes.
+const MAX_ARGS: usize = 24;
+
 /// Workspace given to cuBLAS once, so it never allocates during graph capture.
 const BLAS_WORKSPACE: usize = 64 << 20;
 
@@ -82,7 +88,11 @@ pub struct Gpu {
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
     _module: Arc<CudaModule>,
-    funcs: HashMap<&'static str, CudaFunction>,
+    /// Each kernel and whether it may be launched with PDL.
+    funcs: HashMap<&'static str, (CudaFunction, bool)>,
+    /// Launch the PDL-ready kernels with programmatic stream serialization, so a kernel's
+    /// launch and weight prefetch overlap the end of the previous one (sm_90 and newer).
+    pub pdl: bool,
     _workspace: CudaSlice<u8>,
     pub name: String,
     pub arch: String,
@@ -118,8 +128,11 @@ impl Gpu {
         let cubin = compile::module_cubin(&arch)?;
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
-        for &k in KERNELS.iter().chain(crate::codec::KERNELS) {
-            funcs.insert(k, module.load_function(k)?);
+        for &k in KERNELS {
+            funcs.insert(k, (module.load_function(k)?, true));
+        }
+        for &k in crate::codec::KERNELS {
+            funcs.insert(k, (module.load_function(k)?, false));
         }
         let blas = CudaBlas::new(stream.clone())?;
         let workspace: CudaSlice<u8> = stream.alloc_zeros(BLAS_WORKSPACE)?;
@@ -129,13 +142,16 @@ impl Gpu {
             unsafe { bsys::cublasSetWorkspace_v2(*blas.handle(), p as *mut _, BLAS_WORKSPACE) }
                 .result()?;
         }
-        tracing::info!(%name, %arch, "CUDA device ready");
+        // QWEN3_TTS_PDL=0 turns programmatic dependent launch off (A/B measurements).
+        let pdl = maj >= 9 && std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0");
+        tracing::info!(%name, %arch, pdl, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
             blas,
             _module: module,
             funcs,
+            pdl,
             _workspace: workspace,
             name,
             arch,
@@ -143,7 +159,10 @@ impl Gpu {
     }
 
     pub fn func(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
-        self.funcs.get(name).ok_or(CudaError::MissingKernel(name))
+        self.funcs
+            .get(name)
+            .map(|(f, _)| f)
+            .ok_or(CudaError::MissingKernel(name))
     }
 
     /// A zeroed buffer of `n` elements.
@@ -216,7 +235,8 @@ impl Gpu {
     }
 
     /// Launches `name` on a `grid` of `block`-thread blocks with `args` (raw pointers as
-    /// `u64`, sizes as `i32`, scalars as `f32`).
+    /// `u64`, sizes as `i32`, scalars as `f32`); PDL-ready kernels get programmatic
+    /// stream serialization when `self.pdl` is on.
     pub fn launch(
         &self,
         name: &'static str,
@@ -224,24 +244,62 @@ impl Gpu {
         block: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        let f = self.func(name)?;
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::P(p) => b.arg(p),
-                Arg::I(i) => b.arg(i),
-                Arg::F(x) => b.arg(x),
+        let (f, pdl_ready) = self.funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
+        if args.len() > MAX_ARGS {
+            return Err(CudaError::Shape(format!(
+                "{name}: {} arguments, at most {MAX_ARGS}",
+                args.len()
+            )));
+        }
+        // Every argument is at most 8 bytes, kept in its own 8-byte cell in declaration
+        // order; the driver reads each through its pointer, by the kernel's parameter types.
+        let mut cells = [0u64; MAX_ARGS];
+        for (c, a) in cells.iter_mut().zip(args) {
+            *c = match *a {
+                Arg::P(p) => p,
+                Arg::I(i) => u64::from(i as u32),
+                Arg::F(x) => u64::from(x.to_bits()),
             };
         }
-        let cfg = LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: 0,
+        let mut params: [*mut std::ffi::c_void; MAX_ARGS] = [std::ptr::null_mut(); MAX_ARGS];
+        for (p, c) in params.iter_mut().zip(cells.iter_mut()) {
+            *p = c as *mut u64 as *mut std::ffi::c_void;
+        }
+        // SAFETY: a plain-old-data C union; zero is a valid bit pattern for it.
+        let mut attr: dsys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let use_pdl = self.pdl && *pdl_ready;
+        let cfg = dsys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream.cu_stream(),
+            attrs: if use_pdl {
+                &mut attr
+            } else {
+                std::ptr::null_mut()
+            },
+            numAttrs: u32::from(use_pdl),
         };
-        // SAFETY: every kernel's argument list is matched by its typed launcher in
-        // `kernels.rs` (pointer / int / float in declaration order), and the pointers are
-        // live device allocations sized per the kernel's documented shape contract.
-        unsafe { b.launch(cfg) }?;
+        self.ctx.bind_to_thread()?;
+        // SAFETY: every kernel's argument list is matched by its launcher (pointer / int /
+        // float in declaration order, each read from its own live 8-byte cell), the
+        // pointers are live device allocations sized per the kernel's documented shape
+        // contract, and `cfg`, `attr` and the cells outlive this synchronous call.
+        unsafe {
+            dsys::cuLaunchKernelEx(
+                &cfg,
+                f.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()?;
         Ok(())
     }
 
@@ -312,6 +370,38 @@ impl Gpu {
             )
         }
         .result()?;
+        Ok(())
+    }
+}
+
+/// An instantiated CUDA graph of work on the device's stream, which may move between
+/// threads with its owner.
+pub struct Graph(CudaGraph);
+
+// SAFETY: CUDA requires graph objects to be used by one thread at a time; every owner keeps
+// its graphs behind `&mut self` (the backend, the codec), so each use is serialised, and
+// `launch` binds the context to whichever thread calls it.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Records what `enqueue` puts on `gpu`'s stream (without running it) as a graph.
+    pub fn capture(
+        gpu: &Gpu,
+        enqueue: impl FnOnce(&Gpu) -> Result<(), CudaError>,
+    ) -> Result<Self, CudaError> {
+        gpu.stream
+            .begin_capture(dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let enq = enqueue(gpu);
+        let g = gpu.stream.end_capture(dsys::CUgraphInstantiate_flags(0))?;
+        enq?;
+        let g = g.ok_or_else(|| CudaError::Driver("graph capture produced no graph".into()))?;
+        g.upload()?;
+        Ok(Self(g))
+    }
+
+    /// Replays the graph on the stream it was captured from.
+    pub fn launch(&self) -> Result<(), CudaError> {
+        self.0.launch()?;
         Ok(())
     }
 }

@@ -14,13 +14,18 @@ pub mod device;
 pub mod error;
 pub mod kernels;
 pub mod libs;
+pub mod linear;
+pub mod stack;
+pub mod talker;
+pub mod weights;
+pub mod workspace;
 
 pub use backend::{CudaBackend, CudaOptions};
 pub use error::CudaError;
 
 /// Compiles every kernel for `arch` (e.g. `sm_90`) without touching a GPU: needs only
-/// NVRTC. Returns the CUBIN size.
-pub fn compile_kernels(arch: &str) -> Result<usize, CudaError> {
+/// NVRTC. Returns the CUBIN.
+pub fn compile_kernels(arch: &str) -> Result<Vec<u8>, CudaError> {
     libs::preload();
     let (_, _, nvrtc) = libs::present();
     if !nvrtc {
@@ -28,10 +33,5 @@ pub fn compile_kernels(arch: &str) -> Result<usize, CudaError> {
             "NVRTC (libnvrtc.so.13) not found".into(),
         ));
     }
-    Ok(compile::compile_cubin(&compile::module_source(), arch)?.len())
+    compile::compile_cubin(&compile::module_source(), arch)
 }
-pub mod linear;
-pub mod stack;
-pub mod talker;
-pub mod weights;
-pub mod workspace;

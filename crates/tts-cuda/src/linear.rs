@@ -1,7 +1,9 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
-//! Up to 8 rows run as one GEMV launch; more rows go through cuBLAS (rows converted to
-//! bf16, f32 accumulation) and an epilogue kernel.
+//! Three paths ([`LinearPaths::choose`] picks one per call): a GEMV launch (up to 8 rows);
+//! or the rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the
+//! norm) and multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by
+//! cuBLAS followed by an epilogue kernel.
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
@@ -53,19 +55,60 @@ pub enum Act {
     SwigluPairs = 2,
 }
 
-/// Most rows one GEMV launch takes; more go through cuBLAS.
+/// Most rows one GEMV launch can take (`gemv_m8`).
 pub const GEMV_MAX_ROWS: usize = 8;
 
-/// Scratch buffers of the cuBLAS path, sized for the largest call.
+/// Most rows `mma.cu` takes per call before cuBLAS wins (prefill chunks).
+pub const MMA_MAX_ROWS: usize = 64;
+
+/// The kernels a linear layer can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinearPath {
+    /// `gemv.cu`: one launch, up to [`GEMV_MAX_ROWS`] rows.
+    Gemv,
+    /// `to_bf16_rows` + `mma.cu`: N % 16 == 0, K % 32 == 0, up to [`MMA_MAX_ROWS`] rows.
+    TensorCores,
+    /// `to_bf16_rows` + cuBLAS + `linear_epilogue`: any shape.
+    Cublas,
+}
+
+/// Which path a linear layer takes: the measured routing by default, or one forced
+/// (benchmarks, parity tests); a forced path that cannot take the shape is ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinearPaths {
+    pub force: Option<LinearPath>,
+}
+
+impl LinearPaths {
+    /// The path for `m` rows of an `n × k` weight. The routing follows the H200 kernel
+    /// table of `bench/results/2026-11-29-h200-stages-2.md`: the GEMV wins up to 4 rows;
+    /// at 5..8 rows the tensor-core kernel wins on layers with many outputs (n >= 3072),
+    /// at 9..16 on all but the two largest talker matrices (n·k <= 8 Mi); beyond, cuBLAS.
+    pub fn choose(&self, m: usize, n: usize, k: usize) -> LinearPath {
+        let tc_ok = n.is_multiple_of(16) && k.is_multiple_of(32) && m <= MMA_MAX_ROWS;
+        match self.force {
+            Some(LinearPath::Gemv) if m <= GEMV_MAX_ROWS => return LinearPath::Gemv,
+            Some(LinearPath::TensorCores) if tc_ok => return LinearPath::TensorCores,
+            Some(LinearPath::Cublas) => return LinearPath::Cublas,
+            _ => {}
+        }
+        match m {
+            0..=4 => LinearPath::Gemv,
+            5..=8 if tc_ok && n >= 3072 => LinearPath::TensorCores,
+            5..=8 => LinearPath::Gemv,
+            9..=16 if tc_ok && n * k <= 8 << 20 => LinearPath::TensorCores,
+            _ => LinearPath::Cublas,
+        }
+    }
+}
+
+/// Scratch buffers of the multi-row paths, sized for the largest call.
 pub struct GemmScratch {
+    /// Input rows as bf16 hi (rows 0..m) and lo (rows m..2m) parts.
     pub xb: DBuf<u16>,
+    /// cuBLAS output before the epilogue.
     pub acc: DBuf<f32>,
-    /// Per-row inverse RMS for the tensor-core path's RMSNorm prologue.
-    pub inv: DBuf<f32>,
-    /// Use the tensor-core kernel (`mma.cu`) instead of cuBLAS for more than 8 rows.
-    /// Off by default: it is exact and batch-independent but not yet software-pipelined,
-    /// and measured 3-9x slower than the cuBLAS path on the H200 (bench/results).
-    pub tensor_cores: bool,
+    pub paths: LinearPaths,
 }
 
 impl GemmScratch {
@@ -73,8 +116,7 @@ impl GemmScratch {
         Ok(Self {
             xb: gpu.zeros(max_rows * max_k)?,
             acc: gpu.zeros(max_rows * max_n)?,
-            inv: gpu.zeros(max_rows)?,
-            tensor_cores: false,
+            paths: LinearPaths::default(),
         })
     }
 }
@@ -108,55 +150,16 @@ pub fn linear(
     let bias = l.bias.as_ref().map_or(0, |b| b.ptr);
     let (res_p, ldr) = res.unwrap_or((0, 0));
     let (norm_p, eps) = norm.unwrap_or((0, 0.0));
-    if m <= GEMV_MAX_ROWS {
-        let name = match m {
-            1 => "gemv_m1",
-            2 => "gemv_m2",
-            3 | 4 => "gemv_m4",
-            _ => "gemv_m8",
-        };
-        // Split K over more warps when the layer has few rows, so it still fills the GPU.
-        let ksplit = match l.n {
-            n if n >= 4096 => 1,
-            n if n >= 2048 => 2,
-            _ => 4,
-        };
-        let blocks = l.n.div_ceil(16 / ksplit) as u32;
-        return gpu.launch(
-            name,
-            (blocks, 1, 1),
-            256,
-            &[
-                Arg::P(l.w.ptr),
-                Arg::I(l.n as i32),
-                Arg::I(l.k as i32),
-                Arg::P(x.ptr),
-                Arg::I(x.ld as i32),
-                Arg::P(norm_p),
-                Arg::F(eps),
-                Arg::P(bias),
-                Arg::I(act as i32),
-                Arg::P(res_p),
-                Arg::I(ldr as i32),
-                Arg::P(y),
-                Arg::I(ldy as i32),
-                Arg::I(m as i32),
-                Arg::I(ksplit as i32),
-            ],
-        );
+    let path = scratch.paths.choose(m, l.n, l.k);
+    if path == LinearPath::Gemv {
+        return gemv(gpu, l, x, (norm_p, eps), act, (bias, res_p, ldr), y, ldy);
     }
-    if scratch.tensor_cores
-        && l.n.is_multiple_of(16)
-        && l.k.is_multiple_of(64)
-        && m <= scratch.inv.len
-    {
-        return mma_linear(gpu, l, x, norm, act, (bias, res_p, ldr), y, ldy, scratch);
-    }
-    // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), multiplied in one
-    // GEMM and summed in the epilogue: f32-level accuracy from bf16 tensor cores.
-    if 2 * m * l.k > scratch.xb.len || 2 * m * l.n > scratch.acc.len {
+    // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), both multiplied and
+    // summed: f32-level accuracy from bf16 tensor cores.
+    if 2 * m * l.k > scratch.xb.len {
         return Err(CudaError::Shape(format!(
-            "{m} rows exceed the GEMM scratch"
+            "{m} rows of width {} exceed the GEMM scratch",
+            l.k
         )));
     }
     gpu.launch(
@@ -174,6 +177,38 @@ pub fn linear(
             Arg::I(m as i32),
         ],
     )?;
+    if path == LinearPath::TensorCores {
+        let (name, tile) = match m {
+            0..=8 => ("mma_linear_t1", 8),
+            9..=16 => ("mma_linear_t2", 16),
+            17..=32 => ("mma_linear_t4", 32),
+            _ => ("mma_linear_t8", 64),
+        };
+        return gpu.launch(
+            name,
+            ((l.n / 16) as u32, m.div_ceil(tile) as u32, 1),
+            256,
+            &[
+                Arg::P(l.w.ptr),
+                Arg::I(l.n as i32),
+                Arg::I(l.k as i32),
+                Arg::P(scratch.xb.ptr),
+                Arg::I(m as i32),
+                Arg::P(bias),
+                Arg::I(act as i32),
+                Arg::P(res_p),
+                Arg::I(ldr as i32),
+                Arg::P(y),
+                Arg::I(ldy as i32),
+            ],
+        );
+    }
+    if 2 * m * l.n > scratch.acc.len {
+        return Err(CudaError::Shape(format!(
+            "{m} rows of {} outputs exceed the GEMM scratch",
+            l.n
+        )));
+    }
     // Column-major view: acc (n × 2m) = Wᵀ-as-stored (n × k, op T of k × n) · x (k × 2m).
     gpu.gemm(
         true,
@@ -208,71 +243,52 @@ pub fn linear(
     )
 }
 
-/// The tensor-core path (`mma.cu`): RMSNorm statistics first when a norm is fused, then
-/// one launch over all rows (64 per block row).
+/// One GEMV launch for up to 8 rows (`gemv.cu`).
 #[allow(clippy::too_many_arguments)]
-fn mma_linear(
+fn gemv(
     gpu: &Gpu,
     l: &Linear,
     x: Rows,
-    norm: Option<(u64, f32)>,
+    (norm_p, eps): (u64, f32),
     act: Act,
     (bias, res_p, ldr): (u64, u64, usize),
     y: u64,
     ldy: usize,
-    scratch: &GemmScratch,
 ) -> Result<(), CudaError> {
     let m = x.count;
-    let norm_p = match norm {
-        Some((g, eps)) => {
-            gpu.launch(
-                "rms_inv_rows",
-                (m as u32, 1, 1),
-                256,
-                &[
-                    Arg::P(x.ptr),
-                    Arg::I(x.ld as i32),
-                    Arg::I(l.k as i32),
-                    Arg::F(eps),
-                    Arg::P(scratch.inv.ptr),
-                    Arg::I(m as i32),
-                ],
-            )?;
-            g
-        }
-        None => 0,
-    };
     let name = match m {
-        0..=16 => "mma_linear_t2",
-        17..=32 => "mma_linear_t4",
-        _ => "mma_linear_t8",
+        1 => "gemv_m1",
+        2 => "gemv_m2",
+        3 | 4 => "gemv_m4",
+        _ => "gemv_m8",
     };
-    // More warps per block share the x tile on wide layers; fewer keep narrow ones spread.
-    let warps = match l.n {
-        n if n >= 4096 => 8,
-        n if n >= 2048 => 4,
-        _ => 2,
+    // Split K over more warps when the layer has few rows, so it still fills the GPU.
+    let ksplit = match l.n {
+        n if n >= 4096 => 1,
+        n if n >= 2048 => 2,
+        _ => 4,
     };
-    let grid = (l.n.div_ceil(16 * warps) as u32, m.div_ceil(64) as u32, 1);
+    let blocks = l.n.div_ceil(16 / ksplit) as u32;
     gpu.launch(
         name,
-        grid,
-        32 * warps as u32,
+        (blocks, 1, 1),
+        256,
         &[
             Arg::P(l.w.ptr),
             Arg::I(l.n as i32),
             Arg::I(l.k as i32),
             Arg::P(x.ptr),
             Arg::I(x.ld as i32),
-            Arg::I(m as i32),
             Arg::P(norm_p),
-            Arg::P(scratch.inv.ptr),
+            Arg::F(eps),
             Arg::P(bias),
             Arg::I(act as i32),
             Arg::P(res_p),
             Arg::I(ldr as i32),
             Arg::P(y),
             Arg::I(ldy as i32),
+            Arg::I(m as i32),
+            Arg::I(ksplit as i32),
         ],
     )
 }

@@ -1,5 +1,5 @@
 //! One decoder stack on the GPU (talker or code predictor), as a sequence of launches:
-//! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write -> attention -> O GEMV
+//! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write + attention -> O GEMV
 //! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual).
 //! Pure enqueueing: no allocation and no host sync, so it can be graph-captured.
 
@@ -33,12 +33,12 @@ pub struct Kv {
 /// How attention runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attention {
-    /// QK-norm/RoPE/KV write, then attention over the cache: any context length, any
-    /// tokens (prefill, decode).
+    /// QK-norm/RoPE/KV write, then attention over the cache: any tokens, including many
+    /// of one slot (prefill).
     Split,
-    /// One fused kernel per batch row with `tokens_per_row` consecutive tokens: short
-    /// contexts only (the code predictor).
-    FusedShort { tokens_per_row: usize },
+    /// One fused kernel (`fused_attention`) for rows of `tokens_per_row` (1..=4) new
+    /// consecutive tokens whose earlier positions are cached: decoding, the code predictor.
+    Fused { tokens_per_row: usize },
 }
 
 /// Runs every layer of `s` over `tok` (final norm not applied).
@@ -127,16 +127,16 @@ pub fn run_layers(
                     ],
                 )?;
             }
-            Attention::FusedShort { tokens_per_row } => {
+            Attention::Fused { tokens_per_row } => {
                 let rows = tok.n / tokens_per_row;
                 gpu.launch(
                     if f32_kv {
-                        "short_attention_f32"
+                        "fused_attention_f32"
                     } else {
-                        "short_attention"
+                        "fused_attention"
                     },
-                    (rows as u32, 1, 1),
-                    512,
+                    (d.heads as u32, rows as u32, 1),
+                    128,
                     &[
                         Arg::P(ws.qkv.ptr),
                         Arg::I(ldq as i32),

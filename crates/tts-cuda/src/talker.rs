@@ -274,7 +274,14 @@ pub fn step(
         slots,
         positions,
     };
-    run_layers(gpu, &t.stack, ws, tok, talker_kv(ws), Attention::Split)?;
+    run_layers(
+        gpu,
+        &t.stack,
+        ws,
+        tok,
+        talker_kv(ws),
+        Attention::Fused { tokens_per_row: 1 },
+    )?;
     kernels::copy_rows(gpu, ws.x.ptr, h, ws.last.ptr, h, h, b)?;
     finish_rows(gpu, t, ws, b, slots, rules)
 }

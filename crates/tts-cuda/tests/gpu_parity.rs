@@ -284,12 +284,13 @@ fn gpu_sampling_is_seeded_and_batch_independent() {
     assert_eq!(frames, x, "batch companions changed a request's codes");
 }
 
-/// The tensor-core path (9..64+ rows) computes what the GEMV computes row by row, with
-/// the RMSNorm prologue and every epilogue, to f32-level accuracy.
+/// The multi-row paths (tensor cores for any row count up to 64, cuBLAS beyond and when
+/// asked) compute what the GEMV computes row by row, with the RMSNorm prologue and every
+/// epilogue, to f32-level accuracy.
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
     use tts_cuda::device::Gpu;
-    use tts_cuda::linear::{linear, Act, GemmScratch, Linear, Rows};
+    use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
     let gpu = match Gpu::open(0) {
         Ok(g) => g,
         Err(CudaError::Unavailable(why)) => {
@@ -315,9 +316,30 @@ fn tensor_core_linear_matches_the_gemv() {
     let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
     let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
     let mut scratch = GemmScratch::new(&gpu, 256, k, n).unwrap();
-    scratch.tensor_cores = true;
+    scratch.paths = LinearPaths {
+        force: Some(LinearPath::Gemv),
+    };
+    let mut tensor = GemmScratch::new(&gpu, 256, k, n).unwrap();
+    tensor.paths = LinearPaths {
+        force: Some(LinearPath::TensorCores),
+    };
+    let mut cublas = GemmScratch::new(&gpu, 256, k, n).unwrap();
+    cublas.paths = LinearPaths {
+        force: Some(LinearPath::Cublas),
+    };
     let gd = gpu.upload(&g).unwrap();
-    for m in [9usize, 16, 33, 64, 100] {
+    let cases = [
+        (1usize, &tensor),
+        (5, &tensor),
+        (9, &tensor),
+        (16, &tensor),
+        (33, &tensor),
+        (64, &tensor),
+        (100, &tensor),
+        (9, &cublas),
+        (40, &cublas),
+    ];
+    for (m, batched) in cases {
         let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
         let res: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
         let xd = gpu.upload(&x).unwrap();
@@ -338,7 +360,7 @@ fn tensor_core_linear_matches_the_gemv() {
                 Some((yb.ptr, out_n)),
                 yb.ptr,
                 out_n,
-                &scratch,
+                batched,
             )
             .unwrap();
             for r in 0..m {
@@ -365,7 +387,8 @@ fn tensor_core_linear_matches_the_gemv() {
             let err = rel_err(&a, &b);
             assert!(
                 err < 1e-4,
-                "m={m} act={act:?}: tensor-core vs GEMV rel err {err}"
+                "m={m} act={act:?} paths {:?}: batched vs GEMV rel err {err}",
+                batched.paths
             );
         }
     }

@@ -1,12 +1,31 @@
 //! Every kernel compiles with NVRTC for Hopper (sm_90). Needs only NVRTC, no GPU: CI gets
 //! it from PyPI (`nvidia-cuda-nvrtc`, see `.ci/run`). Skips, saying so, when NVRTC is absent.
+//! Also checks that every kernel the backend looks up at start-up is in the module.
 
 mod common;
 
 #[test]
 fn kernels_compile_for_sm90() {
     match tts_cuda::compile_kernels("sm_90") {
-        Ok(bytes) => assert!(bytes > 10_000, "suspiciously small CUBIN ({bytes} bytes)"),
+        Ok(cubin) => {
+            assert!(
+                cubin.len() > 10_000,
+                "suspiciously small CUBIN ({} bytes)",
+                cubin.len()
+            );
+            // An extern "C" kernel's name sits in the CUBIN's symbol table as a
+            // NUL-terminated string.
+            let names = tts_cuda::device::KERNELS
+                .iter()
+                .chain(tts_cuda::codec::KERNELS);
+            for name in names {
+                let needle = [b"\0", name.as_bytes(), b"\0"].concat();
+                assert!(
+                    cubin.windows(needle.len()).any(|w| w == needle.as_slice()),
+                    "kernel {name} is looked up at start-up but not in the module"
+                );
+            }
+        }
         Err(tts_cuda::CudaError::Unavailable(why)) => {
             common::report_skip(&format!("kernels_compile_for_sm90: {why}"));
         }

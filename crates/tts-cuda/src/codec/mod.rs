@@ -22,6 +22,7 @@ pub mod state;
 #[cfg(test)]
 mod emulate;
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use tts_model::checkpoint::HostTensor;
@@ -29,7 +30,7 @@ use tts_model::config::CodecConfig;
 use tts_model::weights::CodecW;
 use tts_model::Frame;
 
-use crate::device::{GemmType, Gpu};
+use crate::device::{GemmType, Gpu, Graph};
 use crate::error::CudaError;
 use exec::DevBufs;
 use plan::{Buf, Program};
@@ -64,6 +65,9 @@ pub enum CodecPrecision {
 
 /// The codec decoder on the device, with per-slot stream state.
 pub struct DevCodec {
+    /// Captured passes by (frames, rows); see [`DevCodec::set_graphs`].
+    graphs: HashMap<(usize, usize), Graph>,
+    graphs_on: bool,
     prog: Program,
     bufs: DevBufs,
     layout: InputLayout,
@@ -73,6 +77,9 @@ pub struct DevCodec {
     piece_cap: usize,
     gemm: GemmType,
 }
+
+/// Most pass shapes (frames, rows) kept as captured graphs.
+pub const MAX_CODEC_GRAPHS: usize = 256;
 
 fn input_err(msg: String) -> CudaError {
     CudaError::Shape(format!("codec input: {msg}"))
@@ -139,6 +146,8 @@ impl DevCodec {
             "GPU codec ready"
         );
         Ok(Self {
+            graphs: HashMap::new(),
+            graphs_on: true,
             prog,
             bufs,
             layout,
@@ -156,6 +165,14 @@ impl DevCodec {
             CodecPrecision::Tf32 => GemmType::F32Tf32,
             CodecPrecision::F32 => GemmType::F32,
         };
+        self.graphs.clear();
+    }
+
+    /// Replays each pass shape (frames, rows) from a CUDA graph captured at its first use
+    /// (on by default; at most [`MAX_CODEC_GRAPHS`] shapes, later ones run eagerly).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs_on = on;
+        self.graphs.clear();
     }
 
     pub fn samples_per_frame(&self) -> usize {
@@ -254,8 +271,23 @@ impl DevCodec {
         Ok(frames)
     }
 
-    /// The launches of one pass over the inputs already on the device (graph-capturable).
-    fn launch_pass(&self, gpu: &Gpu, frames: usize, rows: usize) -> Result<(), CudaError> {
+    /// The launches of one pass over the inputs already on the device: a graph replay
+    /// when graphs are on (captured at the shape's first use), else eager.
+    fn launch_pass(&mut self, gpu: &Gpu, frames: usize, rows: usize) -> Result<(), CudaError> {
+        let key = (frames, rows);
+        if self.graphs_on && !self.graphs.contains_key(&key) && self.graphs.len() < MAX_CODEC_GRAPHS
+        {
+            let g = Graph::capture(gpu, |gpu| self.enqueue_launches(gpu, frames, rows))?;
+            self.graphs.insert(key, g);
+        }
+        match self.graphs.get(&key) {
+            Some(g) if self.graphs_on => g.launch(),
+            _ => self.enqueue_launches(gpu, frames, rows),
+        }
+    }
+
+    /// Enqueues the launches of one pass (no host work: capturable).
+    fn enqueue_launches(&self, gpu: &Gpu, frames: usize, rows: usize) -> Result<(), CudaError> {
         exec::run(
             gpu,
             &self.prog,

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# GPU session check on the H200 (run from the repository root of the device machine, with
+# the binaries built here carried in .device-carry/): parity tests first, then the stage
+# benchmark with and without programmatic dependent launch. Results go to $OUT.
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+export QWEN3_TTS_FIXTURES=$PWD/fixtures
+D=.device-carry
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+timeout 240 $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1; echo "parity rc $?"
+timeout 120 $D/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1; echo "codec rc $?"
+grep -E "^test |test result" "$OUT/parity.txt" "$OUT/codec.txt"
+if [ "${STAGES:-1}" = 1 ]; then
+    timeout 240 $D/qwen3-tts bench-stages --batches "${BATCHES:-1,4,16,32,64}" --iters 20 \
+        --kernels --out "$OUT/stages.json" > "$OUT/stages.txt" 2>&1; echo "stages rc $?"
+    if [ "${NOPDL:-0}" = 1 ]; then
+        QWEN3_TTS_PDL=0 timeout 200 $D/qwen3-tts bench-stages --batches "${BATCHES:-1,4,16,32,64}" \
+            --iters 20 --kernels --out "$OUT/stages_nopdl.json" > "$OUT/stages_nopdl.txt" 2>&1
+        echo "no-pdl rc $?"
+    fi
+    grep -E "^(gemv|tc|cublas) " "$OUT/stages.txt"
+    grep -A30 "^stage" "$OUT/stages.txt"
+fi

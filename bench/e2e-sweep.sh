@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# End-to-end sweep on the H200 (issue 6): the server with random:1.7b on CUDA and the
+# `qwen3-tts bench` client on loopback, one bench run per rate with a /metrics snapshot
+# after each (stage batch sizes and durations per rate come from their differences).
+# Usage (repository root of the device machine, binary carried in .device-carry/):
+#   RATES="1 10 40" LABEL=a OUT=... bash bench/e2e-sweep.sh
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+D=.device-carry
+OUT=${OUT:-/tmp/out}
+LABEL=${LABEL:-a}
+WARMUP=${WARMUP:-30}
+DURATION=${DURATION:-60}
+mkdir -p "$OUT/$LABEL"
+$D/qwen3-tts serve --model random:1.7b --device cuda --max-slots 192 --max-queue 256 \
+    --port 8000 > "$OUT/$LABEL/server.log" 2>&1 &
+server=$!
+for _ in $(seq 1 240); do
+    curl -sf http://127.0.0.1:8000/ready > /dev/null && break
+    sleep 0.5
+done
+curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-0.txt"
+for rate in ${RATES:-1 10 40}; do
+    $D/qwen3-tts bench --url http://127.0.0.1:8000 --rates "$rate" --warmup "$WARMUP" \
+        --duration "$DURATION" --label "h200-$LABEL-$rate" --out "$OUT/$LABEL/r$rate" \
+        > "$OUT/$LABEL/bench-$rate.txt" 2>&1
+    echo "rate $rate rc $?"
+    curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$rate.txt"
+    grep -E "^\| *$rate \|" "$OUT/$LABEL/r$rate"*.md 2>/dev/null | head -2
+done
+kill -TERM $server
+wait $server
