@@ -317,8 +317,9 @@ fn bench_codes(n: usize, bins: usize, seed: u64) -> Vec<Frame> {
         .collect()
 }
 
-/// Mean wall time (ms) of `codec.decode` for `streams` streams (slots 0..streams) of
-/// `frames` frames each, after one warm-up call; includes the input copy and the PCM read
+/// Mean wall time (ms) of `codec.decode` (each pass shape replayed from its graph unless
+/// graphs are off) for `streams` streams (slots 0..streams) of `frames` frames each, after
+/// one warm-up call; includes the input copy and the PCM read
 /// back (the call synchronises). Streams keep advancing between calls.
 pub fn bench_decode(
     gpu: &Gpu,
@@ -356,7 +357,6 @@ pub fn bench_decode_graph(
     frames: usize,
     iters: usize,
 ) -> Result<f64, CudaError> {
-    use cudarc::driver::sys;
     if streams * frames > codec.frames_cap || frames > codec.piece_cap || streams > codec.max_slots
     {
         return Err(CudaError::Shape(format!(
@@ -386,12 +386,9 @@ pub fn bench_decode_graph(
     // Warm-up (cuBLAS picks and loads its kernels outside the capture).
     codec.enqueue_pass(gpu, &rows, &pass)?;
     gpu.sync()?;
-    gpu.stream
-        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let launched = codec.launch_pass(gpu, streams * frames, streams);
-    let graph = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
-    launched?;
-    let graph = graph.ok_or_else(|| CudaError::Driver("graph capture produced no graph".into()))?;
+    let graph = Graph::capture(gpu, |gpu| {
+        codec.enqueue_launches(gpu, streams * frames, streams)
+    })?;
     let pcm = &codec.bufs.scratch[Buf::Pcm.index()];
     let t = Instant::now();
     for _ in 0..iters.max(1) {
