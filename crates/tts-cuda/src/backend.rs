@@ -18,6 +18,8 @@ use tts_model::{BackendError, Model};
 use crate::codec::{CodecPrecision, DevCodec};
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
+use crate::linear::Linear;
+use crate::routing::{autotune, TunedShape};
 use crate::talker::{prefill, step, write_prefill_inputs, PrefillPlan, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::{Limits, Workspace};
@@ -35,6 +37,9 @@ pub struct CudaOptions {
     pub codec_precision: CodecPrecision,
     /// Most frames one codec pass takes per row (sizes the codec's KV rings).
     pub codec_frames_per_call: usize,
+    /// Time the linear-layer kernels on the model's shapes at start-up and route each
+    /// batched shape to the fastest (`routing::autotune`); off: the static rule.
+    pub autotune: bool,
 }
 
 impl Default for CudaOptions {
@@ -46,6 +51,7 @@ impl Default for CudaOptions {
             gpu_codec: true,
             codec_precision: CodecPrecision::Tf32,
             codec_frames_per_call: 16,
+            autotune: true,
         }
     }
 }
@@ -82,6 +88,19 @@ enum GraphKind {
     Prefill,
 }
 
+/// One layer of each shape the model runs, for start-up tuning.
+fn tuning_layers<'a>(t: &'a DevTalker, cp: &'a DevCodePredictor) -> Vec<&'a Linear> {
+    let mut v = vec![&t.fc1, &t.fc2, &t.codec_head];
+    for s in [&t.stack, &cp.stack] {
+        if let Some(l) = s.layers.first() {
+            v.extend([&l.qkv, &l.o, &l.gate_up, &l.down]);
+        }
+    }
+    v.extend(cp.lm_heads.first());
+    v.extend(cp.projection.as_ref());
+    v
+}
+
 /// The GPU implementation of [`Backend`].
 pub struct CudaBackend {
     gpu: Gpu,
@@ -93,6 +112,7 @@ pub struct CudaBackend {
     info: BackendInfo,
     slots: Vec<Option<SlotState>>,
     graphs: HashMap<(GraphKind, usize), Graph>,
+    tuning: Vec<TunedShape>,
     opts: CudaOptions,
     text_vocab: usize,
 }
@@ -104,7 +124,22 @@ impl CudaBackend {
         let t0 = std::time::Instant::now();
         let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
-        let ws = Workspace::new(&gpu, &model.config, opts.limits)?;
+        let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
+        let tuning = if opts.autotune {
+            let t0 = std::time::Instant::now();
+            let tuned = autotune(&gpu, &tuning_layers(&talker, &cp), &mut ws.scratch, 10)?;
+            for t in &tuned {
+                tracing::debug!(n = t.n, k = t.k, rows = t.rows, chosen = ?t.chosen, timings = ?t.timings, "linear routing");
+            }
+            tracing::info!(
+                shapes = tuned.len(),
+                ms = t0.elapsed().as_secs_f64() * 1e3,
+                "linear layers routed by measurement"
+            );
+            tuned
+        } else {
+            Vec::new()
+        };
         let codec = if opts.gpu_codec {
             let w = tts_model::weights::CodecW::load(
                 &model.codec,
@@ -158,7 +193,13 @@ impl CudaBackend {
             graphs: HashMap::new(),
             opts,
             text_vocab: t.text_vocab_size,
+            tuning,
         })
+    }
+
+    /// What start-up tuning measured and chose for each batched layer shape.
+    pub fn tuning(&self) -> &[TunedShape] {
+        &self.tuning
     }
 
     pub fn gpu(&self) -> &Gpu {

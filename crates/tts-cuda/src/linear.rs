@@ -1,12 +1,14 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
-//! Three paths ([`LinearPaths::choose`] picks one per call): a GEMV launch (up to 8 rows);
-//! or the rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the
-//! norm) and multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by
-//! cuBLAS followed by an epilogue kernel.
+//! Four paths (`routing` picks one per call): a GEMV launch (up to 8 rows); or the rows
+//! converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
+//! multiplied on tensor cores by `mma.cu` or `mma_wide.cu` (one launch each, epilogue
+//! fused) or by cuBLAS followed by an epilogue kernel.
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
+use crate::routing::{wide_split, WIDE_TARGET_BLOCKS};
+pub use crate::routing::{LinearPath, LinearPaths, GEMV_MAX_ROWS, MMA_MAX_ROWS};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`.
 pub struct Linear {
@@ -55,67 +57,27 @@ pub enum Act {
     SwigluPairs = 2,
 }
 
-/// Most rows one GEMV launch can take (`gemv_m8`).
-pub const GEMV_MAX_ROWS: usize = 8;
-
-/// Most rows `mma.cu` takes per call before cuBLAS wins (prefill chunks).
-pub const MMA_MAX_ROWS: usize = 64;
-
-/// The kernels a linear layer can run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinearPath {
-    /// `gemv.cu`: one launch, up to [`GEMV_MAX_ROWS`] rows.
-    Gemv,
-    /// `to_bf16_rows` + `mma.cu`: N % 16 == 0, K % 32 == 0, up to [`MMA_MAX_ROWS`] rows.
-    TensorCores,
-    /// `to_bf16_rows` + cuBLAS + `linear_epilogue`: any shape.
-    Cublas,
-}
-
-/// Which path a linear layer takes: the measured routing by default, or one forced
-/// (benchmarks, parity tests); a forced path that cannot take the shape is ignored.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LinearPaths {
-    pub force: Option<LinearPath>,
-}
-
-impl LinearPaths {
-    /// The path for `m` rows of an `n × k` weight. The routing follows the H200 kernel
-    /// table of `bench/results/2026-11-29-h200-stages-2.md`: the GEMV wins up to 4 rows;
-    /// at 5..8 rows the tensor-core kernel wins on layers with many outputs (n >= 3072),
-    /// at 9..16 on all but the two largest talker matrices (n·k <= 8 Mi); beyond, cuBLAS.
-    pub fn choose(&self, m: usize, n: usize, k: usize) -> LinearPath {
-        let tc_ok = n.is_multiple_of(16) && k.is_multiple_of(32) && m <= MMA_MAX_ROWS;
-        match self.force {
-            Some(LinearPath::Gemv) if m <= GEMV_MAX_ROWS => return LinearPath::Gemv,
-            Some(LinearPath::TensorCores) if tc_ok => return LinearPath::TensorCores,
-            Some(LinearPath::Cublas) => return LinearPath::Cublas,
-            _ => {}
-        }
-        match m {
-            0..=4 => LinearPath::Gemv,
-            5..=8 if tc_ok && n >= 3072 => LinearPath::TensorCores,
-            5..=8 => LinearPath::Gemv,
-            9..=16 if tc_ok && n * k <= 8 << 20 => LinearPath::TensorCores,
-            _ => LinearPath::Cublas,
-        }
-    }
-}
-
 /// Scratch buffers of the multi-row paths, sized for the largest call.
 pub struct GemmScratch {
     /// Input rows as bf16 hi (rows 0..m) and lo (rows m..2m) parts.
     pub xb: DBuf<u16>,
     /// cuBLAS output before the epilogue.
     pub acc: DBuf<f32>,
+    /// `mma_wide.cu`: partial sums `[ksplit][m][n]` and one arrival counter per 128 rows.
+    pub part: DBuf<f32>,
+    pub counters: DBuf<u32>,
     pub paths: LinearPaths,
 }
 
 impl GemmScratch {
     pub fn new(gpu: &Gpu, max_rows: usize, max_k: usize, max_n: usize) -> Result<Self, CudaError> {
+        let tiles = max_n.div_ceil(128);
         Ok(Self {
             xb: gpu.zeros(max_rows * max_k)?,
             acc: gpu.zeros(max_rows * max_n)?,
+            // ksplit * n <= 128 * (WIDE_TARGET_BLOCKS + tiles) (see `wide_split`)
+            part: gpu.zeros(MMA_MAX_ROWS * 128 * (WIDE_TARGET_BLOCKS + tiles))?,
+            counters: gpu.zeros(tiles + 1)?,
             paths: LinearPaths::default(),
         })
     }
@@ -177,6 +139,35 @@ pub fn linear(
             Arg::I(m as i32),
         ],
     )?;
+    if path == LinearPath::TensorCoresWide {
+        if let Some(ksplit) = wide_split(l.n, l.k).filter(|s| s * m * l.n <= scratch.part.len) {
+            let name = match m {
+                0..=16 => "mma_wide_t2",
+                17..=32 => "mma_wide_t4",
+                _ => "mma_wide_t8",
+            };
+            return gpu.launch(
+                name,
+                ((l.n / 128) as u32, ksplit as u32, 1),
+                256,
+                &[
+                    Arg::P(l.w.ptr),
+                    Arg::I(l.n as i32),
+                    Arg::I(l.k as i32),
+                    Arg::P(scratch.xb.ptr),
+                    Arg::I(m as i32),
+                    Arg::P(bias),
+                    Arg::I(act as i32),
+                    Arg::P(res_p),
+                    Arg::I(ldr as i32),
+                    Arg::P(y),
+                    Arg::I(ldy as i32),
+                    Arg::P(scratch.part.ptr),
+                    Arg::P(scratch.counters.ptr),
+                ],
+            );
+        }
+    }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
             0..=8 => ("mma_linear_t1", 8),

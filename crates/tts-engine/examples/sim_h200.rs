@@ -14,16 +14,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
     let arg = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
     let us = Duration::from_micros;
-    // Measured 2026-11-29 (bench/results/2026-11-29-stages-h200.*): per call, base + per row.
+    // Fitted 2026-11-29 to the server's per-call stage durations at 1-60 req/s (end-to-end
+    // run at commit f174e75, bench/results/2026-11-29-h200-e2e-2/): per call, base + per row
+    // (codec: per frame).
     let costs = StageCosts {
         prefill_base: us(300),
-        prefill_per_row: us(2_000),
-        code_predictor_base: us(2_800),
-        code_predictor_per_row: us(43),
-        talker_base: us(1_850),
-        talker_per_row: us(21),
-        codec_base: us(1_350),
-        codec_per_frame: us(63),
+        prefill_per_row: us(2_600),
+        code_predictor_base: us(2_850),
+        code_predictor_per_row: us(40),
+        talker_base: us(2_450),
+        talker_per_row: us(28),
+        codec_base: us(1_500),
+        codec_per_frame: us(30),
     };
     let mut spec = LoadSpec {
         rate: arg(1, "10").parse()?,

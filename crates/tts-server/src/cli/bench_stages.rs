@@ -49,6 +49,27 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         max_positions: 512,
     };
     let mut b = create_cuda(&model, a.cuda_device, size)?;
+    let mut tuning_json = Vec::new();
+    println!("linear routing measured at start-up (device µs per call)");
+    for t in b.tuning() {
+        let timings: Vec<String> = t
+            .timings
+            .iter()
+            .map(|(p, us)| format!("{p:?} {us:.1}"))
+            .collect();
+        println!(
+            "  {}x{} rows {:>2}: {:?}  ({})",
+            t.n,
+            t.k,
+            t.rows,
+            t.chosen,
+            timings.join(", ")
+        );
+        tuning_json.push(serde_json::json!({
+            "n": t.n, "k": t.k, "rows": t.rows, "chosen": format!("{:?}", t.chosen),
+            "us": t.timings.iter().map(|(p, us)| (format!("{p:?}"), *us)).collect::<std::collections::BTreeMap<_, _>>(),
+        }));
+    }
     let mut kernel_json = Vec::new();
     if a.kernels {
         println!("{:<48} {:>10} {:>8}", "kernel", "us", "TB/s");
@@ -75,7 +96,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         let doc = serde_json::json!({
             "model": model.name, "device": device, "iters": a.iters,
             "codec_frames": a.codec_frames, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
-            "kernels": kernel_json,
+            "kernels": kernel_json, "routing": tuning_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;

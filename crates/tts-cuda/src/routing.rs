@@ -1,0 +1,224 @@
+//! Which kernel a linear layer runs on: a static rule from the H200 kernel table, refined
+//! at start-up by [`autotune`], which times every path that can take each of the model's
+//! layer shapes at 16, 32 and 64 rows on the device at hand (and checks its result
+//! against cuBLAS before trusting it).
+
+use std::collections::HashMap;
+
+use cudarc::driver::sys as dsys;
+
+use crate::device::Gpu;
+use crate::error::CudaError;
+use crate::linear::{linear, Act, GemmScratch, Linear, Rows};
+
+/// Most rows one GEMV launch can take (`gemv_m8`).
+pub const GEMV_MAX_ROWS: usize = 8;
+
+/// Most rows the tensor-core kernels take per call (more: cuBLAS).
+pub const MMA_MAX_ROWS: usize = 64;
+
+/// Blocks `mma_wide.cu` aims for: two per SM of an H100/H200 (132 SMs).
+pub const WIDE_TARGET_BLOCKS: usize = 264;
+
+/// The kernels a linear layer can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinearPath {
+    /// `gemv.cu`: one launch, up to [`GEMV_MAX_ROWS`] rows.
+    Gemv,
+    /// `to_bf16_rows` + `mma.cu` (16 outputs per block): N % 16 == 0, K % 32 == 0.
+    TensorCores,
+    /// `to_bf16_rows` + `mma_wide.cu` (128 outputs per block, split K): N % 128 == 0.
+    TensorCoresWide,
+    /// `to_bf16_rows` + cuBLAS + `linear_epilogue`: any shape.
+    Cublas,
+}
+
+/// How many K slices `mma_wide.cu` splits an `n × k` layer into: enough blocks to fill
+/// the GPU twice over, dividing k / 32 evenly; None when the shape does not suit it.
+pub fn wide_split(n: usize, k: usize) -> Option<usize> {
+    if n == 0 || !n.is_multiple_of(128) || !k.is_multiple_of(32) {
+        return None;
+    }
+    let chunks = k / 32;
+    let want = WIDE_TARGET_BLOCKS.div_ceil(n / 128).min(chunks);
+    (1..=want).rev().find(|s| chunks.is_multiple_of(*s))
+}
+
+/// The rows bucket a measured choice covers (9..=16, 17..=32, 33..=64 rows).
+fn rows_bucket(m: usize) -> Option<usize> {
+    match m {
+        9..=16 => Some(16),
+        17..=32 => Some(32),
+        33..=MMA_MAX_ROWS => Some(64),
+        _ => None,
+    }
+}
+
+/// Which path each linear layer takes: one forced (benchmarks, parity tests), else a
+/// measured choice for the shape and rows bucket, else the static rule. A path that
+/// cannot take the shape is never returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LinearPaths {
+    pub force: Option<LinearPath>,
+    /// By (n, k, rows bucket), from [`autotune`].
+    pub tuned: HashMap<(usize, usize, usize), LinearPath>,
+}
+
+impl LinearPaths {
+    /// Whether `path` can run `m` rows of an `n × k` weight.
+    pub fn fits(path: LinearPath, m: usize, n: usize, k: usize) -> bool {
+        match path {
+            LinearPath::Gemv => m <= GEMV_MAX_ROWS,
+            LinearPath::TensorCores => {
+                n.is_multiple_of(16) && k.is_multiple_of(32) && m <= MMA_MAX_ROWS
+            }
+            LinearPath::TensorCoresWide => wide_split(n, k).is_some() && m <= MMA_MAX_ROWS,
+            LinearPath::Cublas => true,
+        }
+    }
+
+    /// The path for `m` rows of an `n × k` weight. The static rule follows the H200 kernel
+    /// table of `bench/results/2026-11-29-h200-stages-2.md`: the GEMV wins up to 4 rows;
+    /// at 5..8 rows `mma.cu` wins on layers with many outputs (n >= 3072), at 9..16 on all
+    /// but the two largest talker matrices (n·k <= 8 Mi); beyond, cuBLAS.
+    pub fn choose(&self, m: usize, n: usize, k: usize) -> LinearPath {
+        if let Some(p) = self.force.filter(|&p| Self::fits(p, m, n, k)) {
+            return p;
+        }
+        let tuned = rows_bucket(m).and_then(|b| self.tuned.get(&(n, k, b)).copied());
+        if let Some(p) = tuned.filter(|&p| Self::fits(p, m, n, k)) {
+            return p;
+        }
+        let tc_ok = Self::fits(LinearPath::TensorCores, m, n, k);
+        match m {
+            0..=4 => LinearPath::Gemv,
+            5..=8 if tc_ok && n >= 3072 => LinearPath::TensorCores,
+            5..=8 => LinearPath::Gemv,
+            9..=16 if tc_ok && n * k <= 8 << 20 => LinearPath::TensorCores,
+            _ => LinearPath::Cublas,
+        }
+    }
+}
+
+/// One measured choice of [`autotune`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunedShape {
+    pub n: usize,
+    pub k: usize,
+    pub rows: usize,
+    /// Device µs per call of each path that ran and agreed with cuBLAS.
+    pub timings: Vec<(LinearPath, f64)>,
+    pub chosen: LinearPath,
+}
+
+/// Deterministic inputs in [-1, 1).
+fn test_rows(len: usize) -> Vec<f32> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Times each path that can take each layer's shape at 16, 32 and 64 rows (`iters` calls,
+/// CUDA events) and stores the fastest in `scratch.paths.tuned`. A path whose result
+/// differs from cuBLAS by more than 1e-3 (relative to the largest output) is not used.
+pub fn autotune(
+    gpu: &Gpu,
+    layers: &[&Linear],
+    scratch: &mut GemmScratch,
+    iters: usize,
+) -> Result<Vec<TunedShape>, CudaError> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    let saved = scratch.paths.force.take();
+    for l in layers {
+        if seen.contains(&(l.n, l.k)) {
+            continue;
+        }
+        seen.push((l.n, l.k));
+        for rows in [16usize, 32, 64] {
+            if 2 * rows * l.k > scratch.xb.len || 2 * rows * l.n > scratch.acc.len {
+                continue;
+            }
+            let x = gpu.upload(&test_rows(rows * l.k))?;
+            let y = gpu.zeros::<f32>(rows * l.n)?;
+            let input = Rows {
+                ptr: x.ptr,
+                ld: l.k,
+                count: rows,
+            };
+            let run = |scratch: &GemmScratch| {
+                linear(gpu, l, input, None, Act::None, None, y.ptr, l.n, scratch)
+            };
+            scratch.paths.force = Some(LinearPath::Cublas);
+            run(scratch)?;
+            let reference = gpu.read(&y, rows * l.n)?;
+            let scale = reference
+                .iter()
+                .fold(0f32, |m, v| m.max(v.abs()))
+                .max(1e-20);
+            let mut timings = Vec::new();
+            for path in [
+                LinearPath::Cublas,
+                LinearPath::TensorCores,
+                LinearPath::TensorCoresWide,
+            ] {
+                if !LinearPaths::fits(path, rows, l.n, l.k) {
+                    continue;
+                }
+                scratch.paths.force = Some(path);
+                run(scratch)?;
+                let got = gpu.read(&y, rows * l.n)?;
+                let err = got
+                    .iter()
+                    .zip(&reference)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+                    / scale;
+                if err.is_nan() || err > 1e-3 {
+                    tracing::warn!(
+                        ?path,
+                        n = l.n,
+                        k = l.k,
+                        rows,
+                        err,
+                        "path disagrees with cuBLAS; not used"
+                    );
+                    continue;
+                }
+                let e0 = gpu
+                    .ctx
+                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+                let e1 = gpu
+                    .ctx
+                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+                e0.record(&gpu.stream)?;
+                for _ in 0..iters.max(1) {
+                    run(scratch)?;
+                }
+                e1.record(&gpu.stream)?;
+                gpu.sync()?;
+                let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / iters.max(1) as f64;
+                timings.push((path, us));
+            }
+            let chosen = timings
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map_or(LinearPath::Cublas, |t| t.0);
+            scratch.paths.tuned.insert((l.n, l.k, rows), chosen);
+            out.push(TunedShape {
+                n: l.n,
+                k: l.k,
+                rows,
+                timings,
+                chosen,
+            });
+        }
+    }
+    scratch.paths.force = saved;
+    Ok(out)
+}
