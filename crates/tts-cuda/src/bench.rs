@@ -273,7 +273,6 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         LinearPath::TensorCores,
         LinearPath::Cublas,
     );
-    let wide = LinearPath::TensorCoresWide;
     let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
     let mut out = Vec::new();
@@ -294,13 +293,10 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("gemv", 8, path(gemv)),
             ("tc", 8, path(tc)),
             ("tc", 16, path(tc)),
-            ("wide", 16, path(wide)),
             ("cublas", 16, path(cublas)),
             ("tc", 32, path(tc)),
-            ("wide", 32, path(wide)),
             ("cublas", 32, path(cublas)),
             ("tc", 64, path(tc)),
-            ("wide", 64, path(wide)),
             ("cublas", 64, path(cublas)),
         ];
         for (label, m, paths) in cases {

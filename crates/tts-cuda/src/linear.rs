@@ -1,13 +1,12 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
-//! Four paths (`routing` picks one per call): a GEMV launch (up to 8 rows); or the rows
+//! Three paths (`routing` picks one per call): a GEMV launch (up to 8 rows); or the rows
 //! converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
-//! multiplied on tensor cores by `mma.cu` or `mma_wide.cu` (one launch each, epilogue
-//! fused) or by cuBLAS followed by an epilogue kernel.
+//! multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by cuBLAS
+//! followed by an epilogue kernel.
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
-use crate::routing::{wide_split, WIDE_TARGET_BLOCKS};
 pub use crate::routing::{LinearPath, LinearPaths, GEMV_MAX_ROWS, MMA_MAX_ROWS};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`.
@@ -63,21 +62,14 @@ pub struct GemmScratch {
     pub xb: DBuf<u16>,
     /// cuBLAS output before the epilogue.
     pub acc: DBuf<f32>,
-    /// `mma_wide.cu`: partial sums `[ksplit][m][n]` and one arrival counter per 128 rows.
-    pub part: DBuf<f32>,
-    pub counters: DBuf<u32>,
     pub paths: LinearPaths,
 }
 
 impl GemmScratch {
     pub fn new(gpu: &Gpu, max_rows: usize, max_k: usize, max_n: usize) -> Result<Self, CudaError> {
-        let tiles = max_n.div_ceil(128);
         Ok(Self {
             xb: gpu.zeros(max_rows * max_k)?,
             acc: gpu.zeros(max_rows * max_n)?,
-            // ksplit * n <= 128 * (WIDE_TARGET_BLOCKS + tiles) (see `wide_split`)
-            part: gpu.zeros(MMA_MAX_ROWS * 128 * (WIDE_TARGET_BLOCKS + tiles))?,
-            counters: gpu.zeros(tiles + 1)?,
             paths: LinearPaths::default(),
         })
     }
@@ -139,35 +131,6 @@ pub fn linear(
             Arg::I(m as i32),
         ],
     )?;
-    if path == LinearPath::TensorCoresWide {
-        if let Some(ksplit) = wide_split(l.n, l.k).filter(|s| s * m * l.n <= scratch.part.len) {
-            let name = match m {
-                0..=16 => "mma_wide_t2",
-                17..=32 => "mma_wide_t4",
-                _ => "mma_wide_t8",
-            };
-            return gpu.launch(
-                name,
-                ((l.n / 128) as u32, ksplit as u32, 1),
-                256,
-                &[
-                    Arg::P(l.w.ptr),
-                    Arg::I(l.n as i32),
-                    Arg::I(l.k as i32),
-                    Arg::P(scratch.xb.ptr),
-                    Arg::I(m as i32),
-                    Arg::P(bias),
-                    Arg::I(act as i32),
-                    Arg::P(res_p),
-                    Arg::I(ldr as i32),
-                    Arg::P(y),
-                    Arg::I(ldy as i32),
-                    Arg::P(scratch.part.ptr),
-                    Arg::P(scratch.counters.ptr),
-                ],
-            );
-        }
-    }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
             0..=8 => ("mma_linear_t1", 8),

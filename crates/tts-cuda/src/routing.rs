@@ -1,13 +1,13 @@
-//! Which kernel a linear layer runs on: a static rule from the H200 kernel table, refined
-//! at start-up by [`autotune`], which times every path that can take each of the model's
-//! layer shapes at 16, 32 and 64 rows on the device at hand (and checks its result
-//! against cuBLAS before trusting it).
+//! Which kernel a linear layer runs on: a static rule from the H200 kernel table, or,
+//! when asked (`CudaOptions::autotune`), measured at start-up by [`autotune`], which times
+//! every path that can take each of the model's layer shapes at 16, 32 and 64 rows on the
+//! device at hand (and checks its result against cuBLAS before trusting it).
 
 use std::collections::HashMap;
 
 use cudarc::driver::sys as dsys;
 
-use crate::device::Gpu;
+use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::linear::{linear, Act, GemmScratch, Linear, Rows};
 
@@ -17,31 +17,18 @@ pub const GEMV_MAX_ROWS: usize = 8;
 /// Most rows the tensor-core kernels take per call (more: cuBLAS).
 pub const MMA_MAX_ROWS: usize = 64;
 
-/// Blocks `mma_wide.cu` aims for: two per SM of an H100/H200 (132 SMs).
-pub const WIDE_TARGET_BLOCKS: usize = 264;
+/// Graph replays per timed path in [`autotune`].
+const REPLAYS: usize = 3;
 
 /// The kernels a linear layer can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinearPath {
     /// `gemv.cu`: one launch, up to [`GEMV_MAX_ROWS`] rows.
     Gemv,
-    /// `to_bf16_rows` + `mma.cu` (16 outputs per block): N % 16 == 0, K % 32 == 0.
+    /// `to_bf16_rows` + `mma.cu`: N % 16 == 0, K % 32 == 0.
     TensorCores,
-    /// `to_bf16_rows` + `mma_wide.cu` (128 outputs per block, split K): N % 128 == 0.
-    TensorCoresWide,
     /// `to_bf16_rows` + cuBLAS + `linear_epilogue`: any shape.
     Cublas,
-}
-
-/// How many K slices `mma_wide.cu` splits an `n × k` layer into: enough blocks to fill
-/// the GPU twice over, dividing k / 32 evenly; None when the shape does not suit it.
-pub fn wide_split(n: usize, k: usize) -> Option<usize> {
-    if n == 0 || !n.is_multiple_of(128) || !k.is_multiple_of(32) {
-        return None;
-    }
-    let chunks = k / 32;
-    let want = WIDE_TARGET_BLOCKS.div_ceil(n / 128).min(chunks);
-    (1..=want).rev().find(|s| chunks.is_multiple_of(*s))
 }
 
 /// The rows bucket a measured choice covers (9..=16, 17..=32, 33..=64 rows).
@@ -72,7 +59,6 @@ impl LinearPaths {
             LinearPath::TensorCores => {
                 n.is_multiple_of(16) && k.is_multiple_of(32) && m <= MMA_MAX_ROWS
             }
-            LinearPath::TensorCoresWide => wide_split(n, k).is_some() && m <= MMA_MAX_ROWS,
             LinearPath::Cublas => true,
         }
     }
@@ -124,8 +110,8 @@ fn test_rows(len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Times each path that can take each layer's shape at 16, 32 and 64 rows (`iters` calls,
-/// CUDA events) and stores the fastest in `scratch.paths.tuned`. A path whose result
+/// Times each path that can take each layer's shape at 16, 32 and 64 rows (a CUDA graph of
+/// `iters` calls, replayed and timed with events) and stores the fastest in `scratch.paths.tuned`. A path whose result
 /// differs from cuBLAS by more than 1e-3 (relative to the largest output) is not used.
 pub fn autotune(
     gpu: &Gpu,
@@ -163,11 +149,7 @@ pub fn autotune(
                 .fold(0f32, |m, v| m.max(v.abs()))
                 .max(1e-20);
             let mut timings = Vec::new();
-            for path in [
-                LinearPath::Cublas,
-                LinearPath::TensorCores,
-                LinearPath::TensorCoresWide,
-            ] {
+            for path in [LinearPath::Cublas, LinearPath::TensorCores] {
                 if !LinearPaths::fits(path, rows, l.n, l.k) {
                     continue;
                 }
@@ -190,6 +172,11 @@ pub fn autotune(
                     );
                     continue;
                 }
+                // Timed as the backend runs it: inside a CUDA graph (eager timing would
+                // charge the CPU's launch time to the paths with more launches).
+                let graph =
+                    Graph::capture(gpu, |_| (0..iters.max(1)).try_for_each(|_| run(scratch)))?;
+                graph.launch()?;
                 let e0 = gpu
                     .ctx
                     .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -197,12 +184,12 @@ pub fn autotune(
                     .ctx
                     .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
                 e0.record(&gpu.stream)?;
-                for _ in 0..iters.max(1) {
-                    run(scratch)?;
+                for _ in 0..REPLAYS {
+                    graph.launch()?;
                 }
                 e1.record(&gpu.stream)?;
                 gpu.sync()?;
-                let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / iters.max(1) as f64;
+                let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (REPLAYS * iters.max(1)) as f64;
                 timings.push((path, us));
             }
             let chosen = timings

@@ -284,8 +284,8 @@ fn gpu_sampling_is_seeded_and_batch_independent() {
     assert_eq!(frames, x, "batch companions changed a request's codes");
 }
 
-/// The multi-row paths (both tensor-core kernels for any row count up to 64, cuBLAS beyond
-/// and when asked) compute what the GEMV computes row by row, with the RMSNorm prologue and every
+/// The multi-row paths (tensor cores for any row count up to 64, cuBLAS beyond and when
+/// asked) compute what the GEMV computes row by row, with the RMSNorm prologue and every
 /// epilogue, to f32-level accuracy.
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
@@ -330,18 +330,9 @@ fn tensor_core_linear_matches_the_gemv() {
         force: Some(LinearPath::Cublas),
         ..Default::default()
     };
-    let mut wide = GemmScratch::new(&gpu, 256, k, n).unwrap();
-    wide.paths = LinearPaths {
-        force: Some(LinearPath::TensorCoresWide),
-        ..Default::default()
-    };
     let gd = gpu.upload(&g).unwrap();
     let cases = [
-        (9usize, &wide),
-        (17, &wide),
-        (33, &wide),
-        (64, &wide),
-        (1, &tensor),
+        (1usize, &tensor),
         (5, &tensor),
         (9, &tensor),
         (16, &tensor),
