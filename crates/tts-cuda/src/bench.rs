@@ -317,20 +317,8 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             };
             let g = crate::device::Graph::capture(gpu, enqueue)?;
             g.launch()?;
-            gpu.sync()?;
-            let e0 = gpu
-                .ctx
-                .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            let e1 = gpu
-                .ctx
-                .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
-            e0.record(&gpu.stream)?;
-            for _ in 0..5 {
-                g.launch()?;
-            }
-            e1.record(&gpu.stream)?;
-            gpu.sync()?;
-            let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (5 * launches) as f64;
+            let ms = gpu.time_ms(|| (0..5).try_for_each(|_| g.launch()))?;
+            let us = ms * 1e3 / (5 * launches) as f64;
             out.push(KernelTiming {
                 name: format!("{label} {name} [{n}x{k}] m={m}"),
                 us,

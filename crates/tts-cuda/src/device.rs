@@ -234,6 +234,25 @@ impl Gpu {
         Ok(())
     }
 
+    /// Device time (ms) of the work `enqueue` puts on the stream, between two CUDA events
+    /// (synchronises).
+    pub fn time_ms(
+        &self,
+        enqueue: impl FnOnce() -> Result<(), CudaError>,
+    ) -> Result<f64, CudaError> {
+        let e0 = self
+            .ctx
+            .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        let e1 = self
+            .ctx
+            .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        e0.record(&self.stream)?;
+        enqueue()?;
+        e1.record(&self.stream)?;
+        self.sync()?;
+        Ok(f64::from(e0.elapsed_ms(&e1)?))
+    }
+
     /// Launches `name` on a `grid` of `block`-thread blocks with `args` (raw pointers as
     /// `u64`, sizes as `i32`, scalars as `f32`); PDL-ready kernels get programmatic
     /// stream serialization when `self.pdl` is on.

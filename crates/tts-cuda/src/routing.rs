@@ -5,8 +5,6 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::sys as dsys;
-
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::linear::{linear, Act, GemmScratch, Linear, Rows};
@@ -177,19 +175,8 @@ pub fn autotune(
                 let graph =
                     Graph::capture(gpu, |_| (0..iters.max(1)).try_for_each(|_| run(scratch)))?;
                 graph.launch()?;
-                let e0 = gpu
-                    .ctx
-                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
-                let e1 = gpu
-                    .ctx
-                    .new_event(Some(dsys::CUevent_flags::CU_EVENT_DEFAULT))?;
-                e0.record(&gpu.stream)?;
-                for _ in 0..REPLAYS {
-                    graph.launch()?;
-                }
-                e1.record(&gpu.stream)?;
-                gpu.sync()?;
-                let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (REPLAYS * iters.max(1)) as f64;
+                let ms = gpu.time_ms(|| (0..REPLAYS).try_for_each(|_| graph.launch()))?;
+                let us = ms * 1e3 / (REPLAYS * iters.max(1)) as f64;
                 timings.push((path, us));
             }
             let chosen = timings
@@ -208,4 +195,54 @@ pub fn autotune(
     }
     scratch.paths.force = saved;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_rule_follows_the_measured_table() {
+        let p = LinearPaths::default();
+        // few rows: the GEMV
+        assert_eq!(p.choose(1, 4096, 2048), LinearPath::Gemv);
+        assert_eq!(p.choose(4, 12288, 2048), LinearPath::Gemv);
+        // 5..8 rows: tensor cores only on layers with many outputs
+        assert_eq!(p.choose(6, 12288, 2048), LinearPath::TensorCores);
+        assert_eq!(p.choose(8, 2048, 2048), LinearPath::Gemv);
+        // 9..16 rows: tensor cores except the two largest talker matrices
+        assert_eq!(p.choose(16, 4096, 2048), LinearPath::TensorCores);
+        assert_eq!(p.choose(16, 12288, 2048), LinearPath::Cublas);
+        assert_eq!(p.choose(16, 2048, 6144), LinearPath::Cublas);
+        // beyond 16 rows, and shapes the kernel cannot take: cuBLAS
+        assert_eq!(p.choose(32, 1024, 2048), LinearPath::Cublas);
+        assert_eq!(p.choose(12, 1000, 2048), LinearPath::Cublas);
+    }
+
+    #[test]
+    fn forced_and_measured_paths_only_where_they_fit() {
+        let mut p = LinearPaths {
+            force: Some(LinearPath::Gemv),
+            ..Default::default()
+        };
+        assert_eq!(p.choose(8, 1024, 1024), LinearPath::Gemv);
+        // the GEMV cannot take 9 rows: the rule decides
+        assert_eq!(p.choose(9, 1024, 1024), LinearPath::TensorCores);
+        p.force = Some(LinearPath::TensorCores);
+        assert_eq!(p.choose(65, 1024, 1024), LinearPath::Cublas);
+        p.force = None;
+        p.tuned.insert((1024, 1024, 32), LinearPath::TensorCores);
+        assert_eq!(p.choose(20, 1024, 1024), LinearPath::TensorCores);
+        assert_eq!(p.choose(40, 1024, 1024), LinearPath::Cublas);
+        // a measured choice never applies outside its bucket's shape
+        assert_eq!(p.choose(20, 1024, 2048), LinearPath::Cublas);
+    }
+
+    #[test]
+    fn test_rows_are_deterministic_and_bounded() {
+        let a = test_rows(1000);
+        assert_eq!(a, test_rows(1000));
+        assert!(a.iter().all(|v| (-1.0..1.0).contains(v)));
+        assert!(a.iter().any(|v| *v < -0.5) && a.iter().any(|v| *v > 0.5));
+    }
 }
