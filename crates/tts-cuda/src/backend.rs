@@ -39,9 +39,10 @@ pub struct CudaOptions {
     pub codec_frames_per_call: usize,
     /// Time the linear-layer kernels on the model's shapes at start-up and route each
     /// batched shape to the fastest (`routing::autotune`); off (the default, and what the
-    /// end-to-end results were measured with): the static rule. `QWEN3_TTS_AUTOTUNE=1`
-    /// turns it on.
+    /// end-to-end results were measured with): the static rule.
     pub autotune: bool,
+    /// Launch the decoding kernels with programmatic dependent launch (sm_90 and newer).
+    pub pdl: bool,
 }
 
 impl Default for CudaOptions {
@@ -53,7 +54,8 @@ impl Default for CudaOptions {
             gpu_codec: true,
             codec_precision: CodecPrecision::Tf32,
             codec_frames_per_call: 16,
-            autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
+            autotune: false,
+            pdl: true,
         }
     }
 }
@@ -122,7 +124,8 @@ pub struct CudaBackend {
 impl CudaBackend {
     /// Loads `model` onto the GPU.
     pub fn new(model: &Model, opts: CudaOptions) -> Result<Self, CudaError> {
-        let gpu = Gpu::open(opts.device)?;
+        let mut gpu = Gpu::open(opts.device)?;
+        gpu.pdl &= opts.pdl;
         let t0 = std::time::Instant::now();
         let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
@@ -166,6 +169,7 @@ impl CudaBackend {
         tracing::info!(
             secs = t0.elapsed().as_secs_f64(),
             workspace_mb = ws.bytes() >> 20,
+            pdl = gpu.pdl,
             "model on the GPU"
         );
         let t = &model.config.talker;

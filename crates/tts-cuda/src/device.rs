@@ -142,9 +142,8 @@ impl Gpu {
             unsafe { bsys::cublasSetWorkspace_v2(*blas.handle(), p as *mut _, BLAS_WORKSPACE) }
                 .result()?;
         }
-        // QWEN3_TTS_PDL=0 turns programmatic dependent launch off (A/B measurements).
-        let pdl = maj >= 9 && std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0");
-        tracing::info!(%name, %arch, pdl, "CUDA device ready");
+        let pdl = maj >= 9;
+        tracing::info!(%name, %arch, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,

@@ -73,6 +73,10 @@ pub fn create_cuda(
         },
         graphs: std::env::var("QWEN3_TTS_CUDA_GRAPHS").map_or(true, |v| v != "0"),
         gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
+        // Measurement knobs (bench/results): programmatic dependent launch off, start-up
+        // routing of the batched linear layers by timing them.
+        pdl: std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0"),
+        autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
