@@ -19,7 +19,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use tts_cuda::codec::{bench_decode, bench_decode_graph, CodecPrecision, DevCodec};
+use tts_cuda::codec::{bench_decode, CodecPrecision, DevCodec};
 use tts_cuda::device::Gpu;
 use tts_cuda::weights::HostLoader;
 use tts_cuda::CudaError;
@@ -272,8 +272,8 @@ fn release_geometry_matches_the_cpu_reference() {
     }
 }
 
-/// Not a measurement (tests assert correctness only): checks that both benchmark paths,
-/// including CUDA-graph capture of a pass, run, and prints what they see.
+/// Not a measurement (tests assert correctness only): checks that the benchmark runs both
+/// eagerly and through the per-shape CUDA graphs, and prints what it sees.
 #[test]
 fn benchmarks_run() {
     let Some(gpu) = gpu_or_skip("benchmarks_run") else {
@@ -285,9 +285,8 @@ fn benchmarks_run() {
     let eager = bench_decode(&gpu, &mut codec, 4, 2, 3).expect("bench_decode, eager");
     codec.set_graphs(true);
     let cached = bench_decode(&gpu, &mut codec, 4, 2, 3).expect("bench_decode, graphs");
-    let graph = bench_decode_graph(&gpu, &mut codec, 4, 2, 3).expect("bench_decode_graph");
     eprintln!(
         "fixture codec, 4 streams x 2 frames: eager {eager:.3} ms, per-shape graphs \
-         {cached:.3} ms, one graph {graph:.3} ms per call"
+         {cached:.3} ms per call"
     );
 }
