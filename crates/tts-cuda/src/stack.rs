@@ -73,6 +73,22 @@ pub fn run_layers(
             ldq,
             &ws.scratch,
         )?;
+        // The arguments qk_norm_rope_kv and fused_attention share, in their order: which
+        // cache rows and positions, the q/k norms and RoPE, the shape, this layer's cache.
+        let norm_rope_kv = [
+            Arg::P(tok.slots),
+            Arg::P(tok.positions),
+            Arg::P(layer.q_norm.ptr),
+            Arg::P(layer.k_norm.ptr),
+            Arg::F(d.rms_eps),
+            Arg::P(s.inv_freq.ptr),
+            Arg::I(d.heads as i32),
+            Arg::I(d.kv_heads as i32),
+            Arg::I(d.head_dim as i32),
+            Arg::P(kc),
+            Arg::P(vc),
+            Arg::I(kv.max_pos as i32),
+        ];
         match mode {
             Attention::Split => {
                 gpu.launch(
@@ -84,22 +100,10 @@ pub fn run_layers(
                     (tok.n as u32, 1, 1),
                     128,
                     &[
-                        Arg::P(ws.qkv.ptr),
-                        Arg::I(ldq as i32),
-                        Arg::I(tok.n as i32),
-                        Arg::P(tok.slots),
-                        Arg::P(tok.positions),
-                        Arg::P(layer.q_norm.ptr),
-                        Arg::P(layer.k_norm.ptr),
-                        Arg::F(d.rms_eps),
-                        Arg::P(s.inv_freq.ptr),
-                        Arg::I(d.heads as i32),
-                        Arg::I(d.kv_heads as i32),
-                        Arg::I(d.head_dim as i32),
-                        Arg::P(kc),
-                        Arg::P(vc),
-                        Arg::I(kv.max_pos as i32),
-                    ],
+                        &[Arg::P(ws.qkv.ptr), Arg::I(ldq as i32), Arg::I(tok.n as i32)],
+                        &norm_rope_kv[..],
+                    ]
+                    .concat(),
                 )?;
                 gpu.launch(
                     if f32_kv {
@@ -138,25 +142,16 @@ pub fn run_layers(
                     (d.heads as u32, rows as u32, 1),
                     128,
                     &[
-                        Arg::P(ws.qkv.ptr),
-                        Arg::I(ldq as i32),
-                        Arg::I(rows as i32),
-                        Arg::I(tokens_per_row as i32),
-                        Arg::P(tok.slots),
-                        Arg::P(tok.positions),
-                        Arg::P(layer.q_norm.ptr),
-                        Arg::P(layer.k_norm.ptr),
-                        Arg::F(d.rms_eps),
-                        Arg::P(s.inv_freq.ptr),
-                        Arg::I(d.heads as i32),
-                        Arg::I(d.kv_heads as i32),
-                        Arg::I(d.head_dim as i32),
-                        Arg::P(kc),
-                        Arg::P(vc),
-                        Arg::I(kv.max_pos as i32),
-                        Arg::P(ws.attn.ptr),
-                        Arg::I(qd as i32),
-                    ],
+                        &[
+                            Arg::P(ws.qkv.ptr),
+                            Arg::I(ldq as i32),
+                            Arg::I(rows as i32),
+                            Arg::I(tokens_per_row as i32),
+                        ],
+                        &norm_rope_kv[..],
+                        &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
+                    ]
+                    .concat(),
                 )?;
             }
         }
