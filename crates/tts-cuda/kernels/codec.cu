@@ -185,10 +185,7 @@ extern "C" __global__ void codec_rms_norm(const float* __restrict__ x, int ldx, 
     if (r >= rows) return;
     __shared__ float scratch[33];
     const float* xr = x + (size_t)r * ldx;
-    float s = 0.f;
-    for (int i = threadIdx.x; i < c; i += blockDim.x) s += xr[i] * xr[i];
-    s = block_sum(s, scratch);
-    float inv = 1.0f / sqrtf(s / (float)c + eps);
+    float inv = row_inv_rms(xr, c, eps, scratch);
     float* o = out + (size_t)r * ldo;
     for (int i = threadIdx.x; i < c; i += blockDim.x) o[i] = w[i] * (xr[i] * inv);
     for (int i = c + threadIdx.x; i < ldo; i += blockDim.x) o[i] = i == c ? 1.f : 0.f;

@@ -55,6 +55,15 @@ __device__ float block_sum(float v, float* scratch /* >= 33 floats */) {
     return scratch[32];
 }
 
+// 1 / sqrt(mean(x[0..n)²) + eps) for one row, by the whole block (every thread gets it).
+__device__ float row_inv_rms(const float* __restrict__ x, int n, float eps,
+                             float* scratch /* >= 33 floats */) {
+    float s = 0.f;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) s += x[k] * x[k];
+    s = block_sum(s, scratch);
+    return 1.0f / sqrtf(s / (float)n + eps);
+}
+
 // Programmatic dependent launch (sm_90). The backend launches the kernels of gemv.cu,
 // mma.cu, attention.cu, sampling.cu, embed.cu and ops.cu with the PDL attribute, so one may
 // start while the previous kernel is still finishing. Each of them calls pdl_wait() before

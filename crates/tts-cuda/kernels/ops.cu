@@ -16,13 +16,7 @@ extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, in
     if (r >= rows) return;
     __shared__ float scratch[33];
     const float* xr = x + (size_t)r * ldx;
-    float inv = 1.f;
-    if (g) {
-        float s = 0.f;
-        for (int k = threadIdx.x; k < K; k += blockDim.x) s += xr[k] * xr[k];
-        s = block_sum(s, scratch);
-        inv = 1.0f / sqrtf(s / (float)K + eps);
-    }
+    float inv = g ? row_inv_rms(xr, K, eps, scratch) : 1.f;
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
         float v = g ? g[k] * (xr[k] * inv) : xr[k];
         bf16 hi = f2bf(v);
@@ -72,10 +66,7 @@ extern "C" __global__ void rms_norm_rows(const float* __restrict__ x, int ldx, i
     if (r >= rows) return;
     __shared__ float scratch[33];
     const float* xr = x + (size_t)r * ldx;
-    float s = 0.f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) s += xr[k] * xr[k];
-    s = block_sum(s, scratch);
-    float inv = 1.0f / sqrtf(s / (float)K + eps);
+    float inv = row_inv_rms(xr, K, eps, scratch);
     for (int k = threadIdx.x; k < K; k += blockDim.x) out[(size_t)r * ldo + k] = g[k] * (xr[k] * inv);
 }
 
