@@ -1,7 +1,8 @@
-// ops.cu — row-wise helpers around cuBLAS GEMMs (prefill and large batches).
+// ops.cu — row-wise helpers of the batched linear paths (linear.rs) and final norms.
 //
-// cuBLAS multiplies bf16 by bf16, so large-M linear layers run as:
-//   to_bf16 (optionally RMSNorm-ing each row)  ->  cublasGemmEx (f32 out)  ->  epilogue.
+// Tensor cores multiply bf16 by bf16, so linear layers over more than a GEMV's rows run as
+//   to_bf16_rows (optionally RMSNorm-ing each row)  ->  mma.cu (epilogue fused), or
+//   to_bf16_rows  ->  cublasGemmEx (f32 out)  ->  linear_epilogue.
 // The epilogue has the same semantics as gemv.cu's.
 
 // One block per row: v = g ⊙ x[r] / sqrt(mean(x[r]²) + eps), or plain x[r] when g is null,
