@@ -30,16 +30,7 @@ pub fn predict(
     let slots = ws.inputs.at(lay.row_slots);
     let (rows1, rows2) = (ws.inputs.at(lay.cp_rows1), ws.inputs.at(lay.cp_rows2));
     kernels::gather_u32(gpu, ws.slot_hidden.ptr, th, th, slots, b, ws.cp_h.ptr, th)?;
-    kernels::gather_u32(
-        gpu,
-        ws.slot_frames.ptr,
-        NUM_CODE_GROUPS,
-        NUM_CODE_GROUPS,
-        slots,
-        b,
-        ws.frames.ptr,
-        NUM_CODE_GROUPS,
-    )?;
+    ws.load_frames(gpu, slots, b)?;
     // Step 0 inputs, interleaved rows [hidden_r, code0_r].
     let h_rows = Rows {
         ptr: ws.cp_h.ptr,
@@ -156,14 +147,5 @@ pub fn predict(
             ],
         )?;
     }
-    kernels::scatter_u32(
-        gpu,
-        ws.frames.ptr,
-        NUM_CODE_GROUPS,
-        NUM_CODE_GROUPS,
-        slots,
-        b,
-        ws.slot_frames.ptr,
-        NUM_CODE_GROUPS,
-    )
+    ws.store_frames(gpu, slots, b)
 }

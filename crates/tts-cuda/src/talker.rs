@@ -241,16 +241,7 @@ pub fn step(
         ws.inputs.at(lay.text_ids),
     );
     text_vectors(gpu, t, ws, text_ids, b, ws.last.ptr)?;
-    kernels::gather_u32(
-        gpu,
-        ws.slot_frames.ptr,
-        NUM_CODE_GROUPS,
-        NUM_CODE_GROUPS,
-        slots,
-        b,
-        ws.frames.ptr,
-        NUM_CODE_GROUPS,
-    )?;
+    ws.load_frames(gpu, slots, b)?;
     gpu.launch(
         "frame_embedding",
         (b as u32, 1, 1),

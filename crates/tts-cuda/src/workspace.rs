@@ -5,6 +5,7 @@ use tts_model::config::{ModelConfig, NUM_CODE_GROUPS};
 
 use crate::device::{DBuf, Gpu};
 use crate::error::CudaError;
+use crate::kernels;
 use crate::linear::GemmScratch;
 
 /// Sizes the backend was built for.
@@ -100,6 +101,37 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// `frames[r] = slot_frames[slots[r]]` for the `b` rows of a bucket (`slots`: device
+    /// row-to-slot map, -1 for padding).
+    pub fn load_frames(&self, gpu: &Gpu, slots: u64, b: usize) -> Result<(), CudaError> {
+        let n = NUM_CODE_GROUPS;
+        kernels::gather_u32(
+            gpu,
+            self.slot_frames.ptr,
+            n,
+            n,
+            slots,
+            b,
+            self.frames.ptr,
+            n,
+        )
+    }
+
+    /// `slot_frames[slots[r]] = frames[r]` for the `b` rows of a bucket.
+    pub fn store_frames(&self, gpu: &Gpu, slots: u64, b: usize) -> Result<(), CudaError> {
+        let n = NUM_CODE_GROUPS;
+        kernels::scatter_u32(
+            gpu,
+            self.frames.ptr,
+            n,
+            n,
+            slots,
+            b,
+            self.slot_frames.ptr,
+            n,
+        )
+    }
+
     pub fn new(gpu: &Gpu, cfg: &ModelConfig, limits: Limits) -> Result<Self, CudaError> {
         let t = cfg.talker.dims();
         let c = cfg.talker.code_predictor.dims();
