@@ -16,7 +16,7 @@ use crate::error::{ConfigError, SubmitError};
 use crate::handle::EngineHandle;
 use crate::request::SynthesisRequest;
 use crate::sim::{simulate, SimConfig, SimRequest, FAKE_SAMPLE_RATE};
-use crate::stats::{ClientTrace, LoadReport, RequestRecord};
+use crate::stats::{ClientTrace, LoadReport, RequestRecord, StageUse};
 
 /// Sentences of varied length (about 20 to 200 characters).
 pub const DEFAULT_TEXTS: &[&str] = &[
@@ -195,6 +195,7 @@ pub fn run_engine(
         title,
         wall,
         records,
+        stages: Vec::new(),
     })
 }
 
@@ -237,6 +238,7 @@ pub fn run_sim(sim: &SimConfig, spec: &LoadSpec) -> LoadReport {
         ),
         wall: out.end.saturating_sub(first),
         records,
+        stages: StageUse::of(&out.steps),
     }
 }
 

@@ -5,9 +5,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::core::StepRecord;
 use crate::onset::{OnsetDetector, OnsetRule};
 use crate::playback::Playback;
 use crate::request::Event;
+use crate::scheduler::{Reason, Stage};
 
 /// Percentiles of a set of durations (nearest rank).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -189,6 +191,67 @@ pub struct LoadReport {
     /// From the first arrival to the last completion.
     pub wall: Duration,
     pub records: Vec<RequestRecord>,
+    /// Backend calls per stage (the simulator records them; empty for a real engine,
+    /// whose stage statistics are on `/metrics`).
+    pub stages: Vec<StageUse>,
+}
+
+/// How much one stage ran during a load run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageUse {
+    pub stage: Stage,
+    pub calls: usize,
+    /// Rows over all calls.
+    pub rows: usize,
+    /// Time the backend spent in the stage's calls.
+    pub busy: Duration,
+    /// Calls by the scheduler's reason: urgent, first audio, lead, round robin.
+    pub by_reason: [usize; 4],
+}
+
+impl StageUse {
+    /// Per-stage totals of `steps` (stages that never ran are left out).
+    pub fn of(steps: &[StepRecord]) -> Vec<StageUse> {
+        Stage::ALL
+            .iter()
+            .filter_map(|&stage| {
+                let mine: Vec<&StepRecord> = steps.iter().filter(|s| s.stage == stage).collect();
+                (!mine.is_empty()).then(|| StageUse {
+                    stage,
+                    calls: mine.len(),
+                    rows: mine.iter().map(|s| s.rows.len()).sum(),
+                    busy: mine.iter().map(|s| s.ended.saturating_sub(s.started)).sum(),
+                    by_reason: [
+                        Reason::Urgent,
+                        Reason::FirstAudio,
+                        Reason::Lead,
+                        Reason::RoundRobin,
+                    ]
+                    .map(|r| mine.iter().filter(|s| s.reason == r).count()),
+                })
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for StageUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let calls = self.calls.max(1) as f64;
+        write!(
+            f,
+            "{:<15} {:>7} calls x {:>5.1} rows, {:>6.2} ms each, {:>7.2} s busy \
+             (urgent {}, first audio {}, lead {}, round robin {})",
+            self.stage.name(),
+            self.calls,
+            self.rows as f64 / calls,
+            self.busy.as_secs_f64() * 1e3 / calls,
+            self.busy.as_secs_f64(),
+            self.by_reason[0],
+            self.by_reason[1],
+            self.by_reason[2],
+            self.by_reason[3],
+        )
+    }
 }
 
 impl fmt::Display for LoadReport {
@@ -240,7 +303,11 @@ impl fmt::Display for LoadReport {
             chars as f64 / wall,
             audio / wall,
             audio
-        )
+        )?;
+        for s in &self.stages {
+            write!(f, "\n{s}")?;
+        }
+        Ok(())
     }
 }
 

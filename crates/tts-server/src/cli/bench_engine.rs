@@ -141,6 +141,7 @@ fn finish(a: &BenchEngineArgs, spec: &LoadSpec, report: LoadReport) -> anyhow::R
         title: format!("{} (warm-up {:.0} s excluded)", report.title, a.warmup),
         wall: report.wall,
         records: report.records.into_iter().skip(warm).collect(),
+        stages: report.stages,
     };
     println!("{report}");
     if let Some(path) = &a.out {
