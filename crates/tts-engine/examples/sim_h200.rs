@@ -1,14 +1,18 @@
 //! Explores scheduling profiles on the simulator with stage costs measured on the H200
 //! (`random:1.7b`, CUDA backend, bench/results): what the engine would do at a given
 //! rate without spending GPU time.
-//! `cargo run --release -p tts-engine --example sim_h200 -- <rate> <seconds> <slots> <profile> [prompts]`
+//! `cargo run --release -p tts-engine --example sim_h200 -- <rate> <seconds> <slots> <profile> [prompts] [key=value...]`
+//! Policy overrides after the prompts file: `fill=none|bucket|max`, `codec_fill=...`, `chunks=1,2,4`,
+//! `reserve_ms=60`, `lead_ms=300`, `prefill_rows=16`.
 
 use std::time::Duration;
 
+use tts_engine::chunker::ChunkSchedule;
 use tts_engine::fake_backend::StageCosts;
 use tts_engine::loadgen::{run_sim, LoadSpec};
 use tts_engine::sim::SimConfig;
-use tts_engine::Profile;
+use tts_engine::trim::TrimConfig;
+use tts_engine::{Fill, OnsetRule, Profile};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
@@ -16,7 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let us = Duration::from_micros;
     // Fitted 2026-11-29 to the server's per-call stage durations at 1-60 req/s (end-to-end
     // run at commit f174e75, bench/results/2026-11-29-h200-e2e-2/): per call, base + per row
-    // (codec: per frame).
+    // (codec: per frame decoded; base and per-frame part from the stage benchmark at 1-12
+    // frames x 1-32 rows, plus the host side seen end to end).
     let costs = StageCosts {
         prefill_base: us(300),
         prefill_per_row: us(2_600),
@@ -24,8 +29,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         code_predictor_per_row: us(40),
         talker_base: us(2_450),
         talker_per_row: us(28),
-        codec_base: us(1_500),
-        codec_per_frame: us(30),
+        codec_base: us(1_200),
+        codec_per_frame: us(70),
     };
     let mut spec = LoadSpec {
         rate: arg(1, "10").parse()?,
@@ -39,12 +44,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(String::from)
             .collect();
     }
+    let mut profile = arg(4, "balanced").parse::<Profile>()?;
+    for kv in a.iter().skip(6) {
+        let (key, value) = kv
+            .split_once('=')
+            .ok_or(format!("`{kv}`: expected key=value"))?;
+        let p = &mut profile.policy;
+        match key {
+            "fill" => p.fill = parse_fill(value)?,
+            "codec_fill" => p.codec_fill = parse_fill(value)?,
+            "chunks" => profile.chunks = value.parse::<ChunkSchedule>()?,
+            "reserve_ms" => p.reserve = Duration::from_millis(value.parse()?),
+            "lead_ms" => p.lead = Duration::from_millis(value.parse()?),
+            "prefill_rows" => p.prefill_max_rows = value.parse()?,
+            _ => return Err(format!("unknown override `{key}`").into()),
+        }
+    }
+    profile.policy.validate()?;
     let sim = SimConfig {
-        profile: arg(4, "balanced").parse::<Profile>()?,
+        profile,
         costs,
         max_slots: arg(3, "64").parse()?,
+        // As the server runs CustomVoice: the bootstrap frame is dropped, then onset trim.
+        trim: TrimConfig {
+            drop_frames: 1,
+            onset: Some(OnsetRule::default()),
+        },
         ..SimConfig::default()
     };
     println!("{}", run_sim(&sim, &spec));
     Ok(())
+}
+
+fn parse_fill(value: &str) -> Result<Fill, String> {
+    match value {
+        "none" => Ok(Fill::None),
+        "bucket" => Ok(Fill::Bucket),
+        "max" => Ok(Fill::Max),
+        _ => Err(format!("fill `{value}`: use none, bucket or max")),
+    }
 }

@@ -190,7 +190,12 @@ fn finish<'a>(
 ) -> Plan {
     let max = policy.stage_max_rows(stage);
     chosen.truncate(max);
-    let target = match policy.fill {
+    let fill = if stage == Stage::Codec {
+        policy.codec_fill
+    } else {
+        policy.fill
+    };
+    let target = match fill {
         Fill::None => chosen.len(),
         Fill::Bucket => policy.bucket_for(chosen.len()).min(max),
         Fill::Max => max,
@@ -220,10 +225,23 @@ fn finish<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Profile;
+    use crate::profile::DEFAULT_BUCKETS;
 
     fn ms(x: u64) -> Duration {
         Duration::from_millis(x)
+    }
+
+    /// A fixed policy for these tests (the profiles' tuning may move): 60 ms reserve,
+    /// 300 ms lead, bucket fill.
+    fn bucket_policy() -> Policy {
+        Policy {
+            reserve: ms(60),
+            lead: ms(300),
+            buckets: DEFAULT_BUCKETS.to_vec(),
+            prefill_max_rows: 16,
+            fill: Fill::Bucket,
+            codec_fill: Fill::Bucket,
+        }
     }
 
     fn view(id: u64, ready: Ready, first_audio: bool, deadline: Option<u64>) -> RequestView {
@@ -261,7 +279,7 @@ mod tests {
 
     #[test]
     fn nothing_ready_means_no_plan() {
-        let policy = Profile::balanced().policy;
+        let policy = bucket_policy();
         assert_eq!(plan(&[], ms(0), &policy), None);
         let idle = view(1, Ready::default(), true, Some(500));
         assert_eq!(plan(&[idle], ms(0), &policy), None);
@@ -269,7 +287,7 @@ mod tests {
 
     #[test]
     fn urgent_codec_beats_a_new_request() {
-        let policy = Profile::balanced().policy;
+        let policy = bucket_policy();
         let partial = Ready {
             codec_frames: 1,
             ..STEP
@@ -290,7 +308,7 @@ mod tests {
 
     #[test]
     fn first_audio_work_runs_nearest_stage_first_and_fills_the_bucket() {
-        let policy = Profile::balanced().policy;
+        let policy = bucket_policy();
         let mut views = vec![
             view(1, CODES, true, Some(10_000)),
             view(2, CODES, true, Some(9_000)),
@@ -320,8 +338,8 @@ mod tests {
     #[test]
     fn codec_top_ups_do_not_lengthen_the_call() {
         let policy = Policy {
-            fill: Fill::Max,
-            ..Profile::balanced().policy
+            codec_fill: Fill::Max,
+            ..bucket_policy()
         };
         let chunk = |frames| Ready {
             codec_frames: frames,
@@ -339,8 +357,49 @@ mod tests {
     }
 
     #[test]
+    fn model_stages_and_the_codec_fill_separately() {
+        let policy = Policy {
+            fill: Fill::Max,
+            codec_fill: Fill::None,
+            ..bucket_policy()
+        };
+        let chunk = Ready {
+            codec_frames: 2,
+            codec_chunk: true,
+            ..CODES
+        };
+        // One new request ready for the code predictor: the call takes every other row
+        // ready for it, most urgent first, not just the bucket of one.
+        let mut views: Vec<RequestView> = (2..=6)
+            .map(|i| view(i, CODES, true, Some(10_000 - 1_000 * i)))
+            .collect();
+        views.push(view(1, CODES, false, None));
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason),
+            (Stage::CodePredictor, Reason::FirstAudio)
+        );
+        assert_eq!(ids(&p), vec![1, 6, 5, 4, 3, 2]);
+        // A new request's first chunk goes alone under `codec_fill: None`.
+        views.push(view(7, chunk, false, None));
+        views[0].ready = chunk;
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::Codec, vec![7]));
+        // Capped at the largest bucket.
+        let policy = Policy {
+            buckets: vec![1, 2, 4],
+            ..policy
+        };
+        views.pop();
+        assert_eq!(
+            ids(&plan(&views, ms(0), &policy).unwrap()),
+            vec![1, 6, 5, 4]
+        );
+    }
+
+    #[test]
     fn short_streams_go_before_round_robin() {
-        let policy = Profile::balanced().policy;
+        let policy = bucket_policy();
         let mut a = view(1, CODES, true, Some(5_000));
         a.last_served = 1;
         let b = view(2, STEP, true, Some(1_200));
@@ -359,7 +418,7 @@ mod tests {
 
     #[test]
     fn round_robin_batches_everyone_ready_up_to_the_largest_bucket() {
-        let mut policy = Profile::balanced().policy;
+        let mut policy = bucket_policy();
         policy.buckets = vec![1, 2, 4];
         let views: Vec<RequestView> = (1..=6)
             .map(|i| view(i, CODES, true, Some(60_000)))
@@ -370,7 +429,7 @@ mod tests {
 
     #[test]
     fn prefill_batches_are_capped_separately() {
-        let mut policy = Profile::balanced().policy;
+        let mut policy = bucket_policy();
         policy.prefill_max_rows = 2;
         let views: Vec<RequestView> = (1..=5).map(|i| view(i, PREFILL, false, None)).collect();
         let p = plan(&views, ms(0), &policy).unwrap();
