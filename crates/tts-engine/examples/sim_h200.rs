@@ -3,7 +3,7 @@
 //! rate without spending GPU time.
 //! `cargo run --release -p tts-engine --example sim_h200 -- <rate> <seconds> <slots> <profile> [prompts] [key=value...]`
 //! Policy overrides after the prompts file: `fill=none|bucket|max`, `codec_fill=...`, `chunks=1,2,4`,
-//! `reserve_ms=60`, `lead_ms=300`, `prefill_rows=16`.
+//! `reserve_ms=60`, `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`.
 
 use std::time::Duration;
 
@@ -19,16 +19,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
     let us = Duration::from_micros;
     // Fitted 2026-11-29 to the server's per-call stage durations at 1-60 req/s (end-to-end
-    // run at commit f174e75, bench/results/2026-11-29-h200-e2e-2/): per call, base + per row
-    // (codec: per frame decoded; base and per-frame part from the stage benchmark at 1-12
-    // frames x 1-32 rows, plus the host side seen end to end).
+    // runs at commits f174e75 and 6386d16, bench/results/2026-11-29-h200-e2e-*) and to the
+    // stage benchmark's shape over batch sizes (talker step 1.74 / 2.68 / 3.28 ms and code
+    // predictor 2.42 / 3.64 / 5.56 ms at 1 / 8 / 64 rows: steep up to 8 rows, flat beyond);
+    // codec: 1.2 ms per call + 70 us per decoded frame (stage benchmark at 1-12 frames x
+    // 1-32 rows, plus the host side seen end to end).
     let costs = StageCosts {
         prefill_base: us(300),
         prefill_per_row: us(2_600),
-        code_predictor_base: us(2_850),
-        code_predictor_per_row: us(40),
-        talker_base: us(2_450),
-        talker_per_row: us(28),
+        code_predictor_base: us(2_310),
+        code_predictor_per_small_row: us(174),
+        code_predictor_per_row: us(34),
+        talker_base: us(2_080),
+        talker_per_small_row: us(134),
+        talker_per_row: us(11),
+        small_rows: 8,
         codec_base: us(1_200),
         codec_per_frame: us(70),
     };
@@ -57,6 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "reserve_ms" => p.reserve = Duration::from_millis(value.parse()?),
             "lead_ms" => p.lead = Duration::from_millis(value.parse()?),
             "prefill_rows" => p.prefill_max_rows = value.parse()?,
+            "max_fill_from" => p.max_fill_from = value.parse()?,
             _ => return Err(format!("unknown override `{key}`").into()),
         }
     }

@@ -22,15 +22,25 @@ pub const FAKE_EOS: u32 = 2150;
 pub const FAKE_SAMPLES_PER_FRAME: usize = 1920;
 pub const FAKE_SAMPLE_RATE: u32 = 24_000;
 
-/// Simulated duration of each backend call: a fixed part plus a part per row.
+/// Simulated duration of each backend call: a fixed part plus a part per row. The talker
+/// step and the code predictor may cost more for each of their first `small_rows` rows
+/// than for the rows beyond (a GPU's small-batch kernels scale worse than its large-batch
+/// ones).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StageCosts {
     pub prefill_base: Duration,
     pub prefill_per_row: Duration,
     pub code_predictor_base: Duration,
+    /// Per row beyond `small_rows`.
     pub code_predictor_per_row: Duration,
+    /// Per row up to `small_rows`.
+    pub code_predictor_per_small_row: Duration,
     pub talker_base: Duration,
+    /// Per row beyond `small_rows`.
     pub talker_per_row: Duration,
+    /// Per row up to `small_rows`.
+    pub talker_per_small_row: Duration,
+    pub small_rows: usize,
     pub codec_base: Duration,
     /// Per decoded frame.
     pub codec_per_frame: Duration,
@@ -45,8 +55,11 @@ impl StageCosts {
             prefill_per_row: us(100),
             code_predictor_base: us(1_000),
             code_predictor_per_row: Duration::ZERO,
+            code_predictor_per_small_row: Duration::ZERO,
             talker_base: us(1_000),
             talker_per_row: Duration::ZERO,
+            talker_per_small_row: Duration::ZERO,
+            small_rows: 0,
             codec_base: us(500),
             codec_per_frame: Duration::ZERO,
         }
@@ -60,8 +73,11 @@ impl StageCosts {
             prefill_per_row: ms(4),
             code_predictor_base: ms(1),
             code_predictor_per_row: ms(1),
+            code_predictor_per_small_row: ms(1),
             talker_base: ms(1),
             talker_per_row: ms(1),
+            talker_per_small_row: ms(1),
+            small_rows: 0,
             codec_base: ms(1),
             codec_per_frame: Duration::from_micros(500),
         }
@@ -80,10 +96,19 @@ impl StageCosts {
     /// codec) costs.
     pub fn cost(&self, stage: Stage, rows: usize, frames: usize) -> Duration {
         let n = rows as u32;
+        let small = rows.min(self.small_rows) as u32;
         match stage {
             Stage::Prefill => self.prefill_base + self.prefill_per_row * n,
-            Stage::CodePredictor => self.code_predictor_base + self.code_predictor_per_row * n,
-            Stage::TalkerStep => self.talker_base + self.talker_per_row * n,
+            Stage::CodePredictor => {
+                self.code_predictor_base
+                    + self.code_predictor_per_small_row * small
+                    + self.code_predictor_per_row * (n - small)
+            }
+            Stage::TalkerStep => {
+                self.talker_base
+                    + self.talker_per_small_row * small
+                    + self.talker_per_row * (n - small)
+            }
             Stage::Codec => self.codec_base + self.codec_per_frame * frames as u32,
         }
     }

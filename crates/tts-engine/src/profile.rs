@@ -14,7 +14,9 @@ pub enum Fill {
     /// Up to the smallest bucket that holds the chosen rows: a graph backend pads to that
     /// bucket anyway, so the extra rows cost almost nothing there.
     Bucket,
-    /// Up to the largest bucket (most work per call; chosen rows may wait a little longer).
+    /// Up to the largest bucket (most work per call; chosen rows may wait a little longer),
+    /// once at least [`Policy::max_fill_from`] rows are ready for the stage; below that,
+    /// as `Bucket`.
     Max,
 }
 
@@ -31,8 +33,12 @@ pub struct Policy {
     pub prefill_max_rows: usize,
     /// Top-ups of talker-step, code-predictor and prefill calls.
     pub fill: Fill,
-    /// Top-ups of codec calls (their cost grows with rows x the longest chunk).
+    /// Top-ups of codec calls.
     pub codec_fill: Fill,
+    /// Rows that must be ready for a stage before `Fill::Max` takes them all: under light
+    /// load a GPU has time to spare, and a first-audio call is quicker without passengers
+    /// (small batches cost ~0.15 ms more per row on the H200; large ones ~0.02 ms).
+    pub max_fill_from: usize,
 }
 
 impl Policy {
@@ -93,23 +99,24 @@ pub struct Profile {
 impl Profile {
     /// Smallest chunks, generous urgency margins: the lowest time to first audio.
     pub fn latency() -> Self {
-        Self::build("latency", &[1, 2, 4, 8], 80, 400, 8, Fill::Bucket)
+        Self::build("latency", &[1, 2, 4, 8], 80, 400, 8, Fill::Bucket, 0)
     }
 
-    /// The default: a one-frame first chunk growing to 12 frames; every call takes all the
-    /// rows ready for its stage. On a GPU a talker step or code-predictor loop costs about
-    /// as much for 1 row as for 32 (and the codec has a fixed part per call), so the rows
-    /// that ride along with first-audio work are nearly free, and fewer calls leave room
-    /// for more streams. Tuned on the simulator with the H200's measured stage costs
-    /// (`tts-engine/examples/sim_h200.rs`): at 40 req/s it removes the under-runs the
-    /// bucket fill with a 60/300 ms reserve/lead had, at the same p95 TTFA at 10 req/s.
+    /// The default: a one-frame first chunk growing to 12 frames. Under load (16 or more
+    /// rows ready for a stage) every call takes all the rows ready for its stage: on a GPU
+    /// a talker step or code-predictor loop costs about as much for 16 rows as for 64 (and
+    /// the codec has a fixed part per call), so the rows that ride along with first-audio
+    /// work are nearly free and fewer calls leave room for more streams; under light load
+    /// calls fill to their bucket only, so first audio is not slowed by passengers. Tuned
+    /// on the simulator with the H200's measured stage costs (`examples/sim_h200.rs`),
+    /// then checked end to end on the H200 (`bench/results/`).
     pub fn balanced() -> Self {
-        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max)
+        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16)
     }
 
     /// Larger chunks and full batches: the most audio per GPU second.
     pub fn throughput() -> Self {
-        Self::build("throughput", &[2, 4, 8, 12, 16], 60, 240, 32, Fill::Max)
+        Self::build("throughput", &[2, 4, 8, 12, 16], 60, 240, 32, Fill::Max, 0)
     }
 
     /// A profile by name.
@@ -131,6 +138,7 @@ impl Profile {
         lead_ms: u64,
         prefill_max_rows: usize,
         fill: Fill,
+        max_fill_from: usize,
     ) -> Self {
         Self {
             name: name.into(),
@@ -141,6 +149,7 @@ impl Profile {
                 prefill_max_rows,
                 fill,
                 codec_fill: fill,
+                max_fill_from,
             },
             chunks: ChunkSchedule::clamped(chunks),
         }

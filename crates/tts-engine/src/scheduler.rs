@@ -195,10 +195,11 @@ fn finish<'a>(
     } else {
         policy.fill
     };
+    let ready = views.iter().filter(|v| v.ready.has(stage)).count();
     let target = match fill {
         Fill::None => chosen.len(),
-        Fill::Bucket => policy.bucket_for(chosen.len()).min(max),
-        Fill::Max => max,
+        Fill::Max if ready >= policy.max_fill_from => max,
+        Fill::Bucket | Fill::Max => policy.bucket_for(chosen.len()).min(max),
     };
     if chosen.len() < target {
         // A codec call lasts as long as its longest row: top-up rows must not lengthen it.
@@ -241,6 +242,7 @@ mod tests {
             prefill_max_rows: 16,
             fill: Fill::Bucket,
             codec_fill: Fill::Bucket,
+            max_fill_from: 0,
         }
     }
 
@@ -386,15 +388,21 @@ mod tests {
         let p = plan(&views, ms(0), &policy).unwrap();
         assert_eq!((p.stage, ids(&p)), (Stage::Codec, vec![7]));
         // Capped at the largest bucket.
-        let policy = Policy {
-            buckets: vec![1, 2, 4],
-            ..policy
-        };
         views.pop();
+        let capped = Policy {
+            buckets: vec![1, 2, 4],
+            ..policy.clone()
+        };
         assert_eq!(
-            ids(&plan(&views, ms(0), &policy).unwrap()),
+            ids(&plan(&views, ms(0), &capped).unwrap()),
             vec![1, 6, 5, 4]
         );
+        // With fewer rows ready than `max_fill_from`, only the bucket fills.
+        let light = Policy {
+            max_fill_from: 7,
+            ..policy
+        };
+        assert_eq!(ids(&plan(&views, ms(0), &light).unwrap()), vec![1]);
     }
 
     #[test]

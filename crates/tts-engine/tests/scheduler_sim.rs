@@ -33,20 +33,6 @@ fn expected_audio(seed: u64, frames: usize, skip_frames: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Costs that grow with the batch, like a CPU: 2 ms + 1 ms per row and so on.
-fn cpu_like() -> StageCosts {
-    StageCosts {
-        prefill_base: ms(5),
-        prefill_per_row: ms(4),
-        code_predictor_base: ms(1),
-        code_predictor_per_row: ms(1),
-        talker_base: ms(1),
-        talker_per_row: ms(1),
-        codec_base: ms(1),
-        codec_per_frame: Duration::from_micros(500),
-    }
-}
-
 #[test]
 fn every_stream_gets_all_its_audio_once_and_in_order() {
     let reqs: Vec<SimRequest> = (0..12)
@@ -146,7 +132,7 @@ fn new_arrivals_get_first_audio_ahead_of_established_streams() {
 fn with_spare_capacity_no_stream_underruns() {
     for (name, costs, count) in [
         ("gpu-like", StageCosts::gpu_like(), 60),
-        ("cpu-like", cpu_like(), 14),
+        ("cpu-like", StageCosts::cpu_like(), 14),
     ] {
         // Arrivals every 150 ms, 1-12 s of audio each; at most `count` at once
         // keeps the load below capacity.
@@ -175,7 +161,7 @@ fn overload_shows_up_as_underruns_not_as_lost_audio() {
     let reqs: Vec<SimRequest> = (0..40).map(|i| request(i * 10, 100, i)).collect();
     let out = simulate(
         &SimConfig {
-            costs: cpu_like(),
+            costs: StageCosts::cpu_like(),
             ..SimConfig::default()
         },
         &reqs,
