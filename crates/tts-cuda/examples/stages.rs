@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     opts.limits.max_batch = max_batch;
     opts.limits.max_positions = 512;
     let mut b = CudaBackend::new(&model, opts)?;
-    let rows = tts_cuda::bench::bench_stages(&mut b, &model, &batches, iters, 2)?;
+    let rows = tts_cuda::bench::bench_stages(&mut b, &model, &batches, iters, 2, 8)?;
     print!("{}", tts_cuda::bench::stage_table(&rows));
     Ok(())
 }

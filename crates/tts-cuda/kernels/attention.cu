@@ -92,91 +92,106 @@ __device__ __forceinline__ void qk_norm_rope_kv_body(float* qkv, int ldq, int T,
 QK_ENTRY(qk_norm_rope_kv, bf16)
 QK_ENTRY(qk_norm_rope_kv_f32, float)
 
-// Attention of one query over positions lo..pos, by the block's 4 warps (128 threads).
-// Lanes hold head dims lane, lane+32, ... of the query in qv (already scaled by nothing).
-// Positions below pos_new are read from the cache rows kbase/vbase (stride kvd); positions
-// from pos_new on from s_k/s_v[p - pos_new][0..hd). Each warp takes every 4th position
-// with an online softmax; warps merge in shared memory and warp 0 writes dst[0..hd).
+// Four cache (or f32 shared-memory) values from p[0..4), widened to f32 (p 4-aligned).
+__device__ __forceinline__ float4 kv_load4(const bf16* p) {
+    uint2 u = *(const uint2*)p;
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+}
+__device__ __forceinline__ float4 kv_load4(const float* p) { return *(const float4*)p; }
+
+__device__ __forceinline__ float dot4(const float* q, float4 k) {
+    return q[0] * k.x + q[1] * k.y + q[2] * k.z + q[3] * k.w;
+}
+
+// Attention of one query (q: hd floats, global or shared) over positions lo..pos, by the
+// block's 4 warps (128 threads); needs hd % 4 == 0 and hd <= 128. Positions below pos_new
+// are read from the cache rows kbase/vbase (stride kvd); positions from pos_new on from
+// s_k/s_v[p - pos_new][0..hd). Positions go in tiles of AT_TILE: every thread scores whole
+// positions (one query-key dot each, so the loads of many positions are in flight at
+// once), the block takes the tile's max and exp-sum (online softmax across tiles), then
+// warp w accumulates the values of every 4th position of the tile, lane l owning head dims
+// 4l..4l+3; the warps' sums meet in shared memory and warp 0 writes dst[0..hd).
 // Ends with a block barrier, so the caller may reuse shared memory afterwards.
-#define DA_U 4
-#define DA_NW 4
-#define DA_E 4
+#define AT_TILE 256
+#define AT_WARPS 4
 template <typename KV>
-__device__ __forceinline__ void attend(const float (&qv)[DA_E], int lo, int pos, int pos_new,
+__device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_new,
                                        const KV* __restrict__ kbase,
                                        const KV* __restrict__ vbase, int kvd,
                                        const float (*s_k)[128], const float (*s_v)[128], int hd,
                                        float* dst) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float acc[DA_E];
-#pragma unroll
-    for (int e = 0; e < DA_E; e++) acc[e] = 0.f;
-    float scale = 1.0f / sqrtf((float)hd);
-    float mx = NEG_INF, l = 0.f;
-    // Positions in groups of DA_U per warp, all loads of a group issued before use.
-    for (int p0 = lo + warp; p0 <= pos; p0 += DA_NW * DA_U) {
-        float sc[DA_U], vv[DA_U][DA_E];
-#pragma unroll
-        for (int u = 0; u < DA_U; u++) {
-            int p = p0 + u * DA_NW;
-            bool cached = p < pos_new;
-            const KV* kr = kbase + (size_t)p * kvd;
-            const KV* vr = vbase + (size_t)p * kvd;
-            float part = 0.f;
-#pragma unroll
-            for (int e = 0; e < DA_E; e++) {
-                int i = lane + 32 * e;
-                bool ok = p <= pos && i < hd;
-                float kx = 0.f, vx = 0.f;
-                if (ok) {
-                    kx = cached ? kv_load(kr + i) : s_k[p - pos_new][i];
-                    vx = cached ? kv_load(vr + i) : s_v[p - pos_new][i];
-                }
-                part += qv[e] * kx;
-                vv[u][e] = vx;
-            }
-            sc[u] = part;
-        }
-#pragma unroll
-        for (int u = 0; u < DA_U; u++) {
-            if (p0 + u * DA_NW > pos) break;
-            float s = warp_sum(sc[u]) * scale;
-            float nm = fmaxf(mx, s);
-            float corr = expf(mx - nm), w = expf(s - nm);
-            l = l * corr + w;
-#pragma unroll
-            for (int e = 0; e < DA_E; e++) acc[e] = acc[e] * corr + w * vv[u][e];
-            mx = nm;
-        }
-    }
-    __shared__ float s_m[DA_NW], s_l[DA_NW], s_acc[DA_NW][128];
-    if (lane == 0) { s_m[warp] = mx; s_l[warp] = l; }
-#pragma unroll
-    for (int e = 0; e < DA_E; e++) {
-        int i = lane + 32 * e;
-        if (i < 128) s_acc[warp][i] = acc[e];
-    }
+    __shared__ __align__(16) float s_qa[128];
+    __shared__ float s_w[AT_TILE];
+    __shared__ float s_red[33];
+    __shared__ __align__(16) float s_acc[AT_WARPS][128];
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int d = tid; d < hd; d += blockDim.x) s_qa[d] = q[d];
     __syncthreads();
-    if (warp == 0) {
-        float M = NEG_INF;
-        for (int w2 = 0; w2 < DA_NW; w2++) M = fmaxf(M, s_m[w2]);
-        float L = 0.f;
-        float o[DA_E] = {0.f, 0.f, 0.f, 0.f};
-        for (int w2 = 0; w2 < DA_NW; w2++) {
-            if (s_m[w2] == NEG_INF) continue;
-            float c = expf(s_m[w2] - M);
-            L += s_l[w2] * c;
-#pragma unroll
-            for (int e = 0; e < DA_E; e++) {
-                int i = lane + 32 * e;
-                if (i < hd) o[e] += s_acc[w2][i] * c;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const bool owner = 4 * lane < hd;
+    float m = NEG_INF, l = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int t0 = lo; t0 <= pos; t0 += AT_TILE) {
+        int n = min(AT_TILE, pos + 1 - t0);
+        int cached = max(0, min(n, pos_new - t0));  // tile entries read from the cache
+        for (int j = tid; j < n; j += blockDim.x) {
+            int p = t0 + j;
+            float sc = 0.f;
+            if (j < cached) {
+                const KV* kr = kbase + (size_t)p * kvd;
+#pragma unroll 8
+                for (int d = 0; d < hd; d += 4) sc += dot4(s_qa + d, kv_load4(kr + d));
+            } else {
+                const float* kr = s_k[p - pos_new];
+                for (int d = 0; d < hd; d++) sc += s_qa[d] * kr[d];
+            }
+            s_w[j] = sc * scale;
+        }
+        __syncthreads();
+        float mx = NEG_INF;
+        for (int j = tid; j < n; j += blockDim.x) mx = fmaxf(mx, s_w[j]);
+        mx = block_max(mx, s_red);
+        float nm = fmaxf(m, mx), corr = expf(m - nm), sum = 0.f;
+        for (int j = tid; j < n; j += blockDim.x) {
+            float w = expf(s_w[j] - nm);
+            s_w[j] = w;
+            sum += w;
+        }
+        sum = block_sum(sum, s_red);  // its barriers also publish s_w
+        l = l * corr + sum;
+        m = nm;
+        acc.x *= corr; acc.y *= corr; acc.z *= corr; acc.w *= corr;
+        if (owner) {
+            const KV* vr = vbase + 4 * lane;
+#pragma unroll 4
+            for (int j = warp; j < cached; j += AT_WARPS) {
+                float w = s_w[j];
+                float4 v = kv_load4(vr + (size_t)(t0 + j) * kvd);
+                acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+            }
+            for (int j = cached + warp; j < n; j += AT_WARPS) {
+                float w = s_w[j];
+                const float* vs = s_v[t0 + j - pos_new] + 4 * lane;
+                acc.x += w * vs[0]; acc.y += w * vs[1]; acc.z += w * vs[2]; acc.w += w * vs[3];
             }
         }
+        __syncthreads();  // s_w is rewritten by the next tile
+    }
+    if (owner) *(float4*)&s_acc[warp][4 * lane] = acc;
+    __syncthreads();
+    if (warp == 0 && owner) {
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int e = 0; e < DA_E; e++) {
-            int i = lane + 32 * e;
-            if (i < hd) dst[i] = o[e] / L;
+        for (int w2 = 0; w2 < AT_WARPS; w2++) {
+            float4 a = *(const float4*)&s_acc[w2][4 * lane];
+            o.x += a.x; o.y += a.y; o.z += a.z; o.w += a.w;
         }
+        float inv = 1.0f / l;
+        dst[4 * lane] = o.x * inv;
+        dst[4 * lane + 1] = o.y * inv;
+        dst[4 * lane + 2] = o.z * inv;
+        dst[4 * lane + 3] = o.w * inv;
     }
     __syncthreads();
 }
@@ -197,19 +212,12 @@ __device__ __forceinline__ void decode_attention_body(const float* __restrict__ 
     int slot = slots[t];
     if (slot < 0) return;
     int pos = positions[t];
-    int lane = threadIdx.x & 31;
     int kvd = kvh * hd, g = h / (heads / kvh);
     const float* q = qkv + (size_t)t * ldq + h * hd;
-    float qv[DA_E];
-#pragma unroll
-    for (int e = 0; e < DA_E; e++) {
-        int i = lane + 32 * e;
-        qv[e] = i < hd ? q[i] : 0.f;
-    }
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
     const KV* kbase = k_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
     const KV* vbase = v_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
-    attend<KV>(qv, lo, pos, pos + 1, kbase, vbase, kvd, nullptr, nullptr, hd,
+    attend<KV>(q, lo, pos, pos + 1, kbase, vbase, kvd, nullptr, nullptr, hd,
                out + (size_t)t * ldo + h * hd);
 }
 
@@ -283,14 +291,8 @@ __device__ __forceinline__ void fused_attention_body(
     __syncthreads();
     // 2. attention, token by token (attend ends with a barrier)
     for (int i = 0; i < tpr; i++) {
-        float qv[DA_E];
-#pragma unroll
-        for (int e = 0; e < DA_E; e++) {
-            int d = lane + 32 * e;
-            qv[e] = d < hd ? s_q[i][d] : 0.f;
-        }
         int t = r * tpr + i;
-        attend<KV>(qv, 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k, s_v, hd,
+        attend<KV>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k, s_v, hd,
                    out + (size_t)t * ldo + h * hd);
     }
 }

@@ -50,21 +50,6 @@ __device__ __forceinline__ float codec_act(float v, int act, const float* alpha,
     return v;
 }
 
-__device__ float codec_block_max(float v, float* scratch /* >= 33 floats */) {
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if (lane == 0) scratch[wid] = v;
-    __syncthreads();
-    if (wid == 0) {
-        float s = lane < nw ? scratch[lane] : NEG_INF;
-        for (int o = 16; o > 0; o >>= 1) s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, o));
-        if (lane == 0) scratch[32] = s;
-    }
-    __syncthreads();
-    return scratch[32];
-}
-
 // Input row `back` steps before the row's local step `ls`: from the new input `x` (global
 // step s - back) or, before the row's first step, from the slot's history copy `hist`.
 __device__ __forceinline__ const float* codec_src(const float* x, int ldx, size_t s, int ls,
@@ -264,7 +249,7 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
     __syncthreads();
     float m = NEG_INF;
     for (int kk = threadIdx.x; kk < n; kk += blockDim.x) m = fmaxf(m, sc[kk]);
-    m = codec_block_max(m, scratch);
+    m = block_max(m, scratch);
     float sum = 0.f;
     for (int kk = threadIdx.x; kk < n; kk += blockDim.x) {
         float e = expf(sc[kk] - m);

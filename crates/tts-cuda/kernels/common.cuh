@@ -55,6 +55,22 @@ __device__ float block_sum(float v, float* scratch /* >= 33 floats */) {
     return scratch[32];
 }
 
+// Max over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ float block_max(float v, float* scratch /* >= 33 floats */) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        float s = lane < nw ? scratch[lane] : NEG_INF;
+        s = warp_max(s);
+        if (lane == 0) scratch[32] = s;
+    }
+    __syncthreads();
+    return scratch[32];
+}
+
 // 1 / sqrt(mean(x[0..n)²) + eps) for one row, by the whole block (every thread gets it).
 __device__ float row_inv_rms(const float* __restrict__ x, int n, float eps,
                              float* scratch /* >= 33 floats */) {

@@ -98,13 +98,14 @@ fn prepare(
 }
 
 /// Times the talker step, the code-predictor loop and codec decoding of `codec_frames`
-/// frames for each batch size.
+/// frames for each batch size, after `context` frames of history per slot.
 pub fn bench_stages(
     b: &mut CudaBackend,
     model: &Model,
     batches: &[usize],
     iters: usize,
     codec_frames: usize,
+    context: usize,
 ) -> Result<Vec<StageTiming>, CudaError> {
     let (talker_bytes, cp_bytes) = b.weight_bytes();
     let mut out = Vec::new();
@@ -143,7 +144,7 @@ pub fn bench_stages(
         });
     }
     for &n in batches {
-        let slots = prepare(b, model, n, 8)?;
+        let slots = prepare(b, model, n, context)?;
         let pad = b.info().tts_pad_token_id;
         // code predictor (the slots hold a fresh code 0 after `prepare`)
         let t = Instant::now();

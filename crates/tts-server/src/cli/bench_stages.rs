@@ -26,6 +26,10 @@ pub struct BenchStagesArgs {
     /// Frames per codec decode call.
     #[arg(long, default_value_t = 2)]
     pub codec_frames: usize,
+    /// Frames generated per slot before timing (attention history; the prompt adds ~30
+    /// positions).
+    #[arg(long, default_value_t = 8)]
+    pub context: usize,
     /// Also time GEMV launches on the release layer shapes.
     #[arg(long)]
     pub kernels: bool,
@@ -80,7 +84,14 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         }
     }
     let device = tts_model::Backend::info(&b).device.clone();
-    let rows = tts_cuda::bench::bench_stages(&mut b, &model, &a.batches, a.iters, a.codec_frames)?;
+    let rows = tts_cuda::bench::bench_stages(
+        &mut b,
+        &model,
+        &a.batches,
+        a.iters,
+        a.codec_frames,
+        a.context,
+    )?;
     println!("model {} on {device}", model.name);
     print!("{}", tts_cuda::bench::stage_table(&rows));
     let json: Vec<_> = rows
@@ -95,7 +106,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.out {
         let doc = serde_json::json!({
             "model": model.name, "device": device, "iters": a.iters,
-            "codec_frames": a.codec_frames, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
+            "codec_frames": a.codec_frames, "context_frames": a.context, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
             "kernels": kernel_json, "routing": tuning_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
