@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
     let us = Duration::from_micros;
     // Fitted 2026-11-29 to the server's per-call stage durations at 1-60 req/s (end-to-end
-    // runs at commits f174e75 and 6386d16, bench/results/2026-11-29-h200-e2e-*) and to the
+    // runs at commits f174e75 .. 22211b0, bench/results/2026-11-29-h200-e2e-*) and to the
     // stage benchmark's shape over batch sizes (talker step 1.74 / 2.68 / 3.28 ms and code
     // predictor 2.42 / 3.64 / 5.56 ms at 1 / 8 / 64 rows: steep up to 8 rows, flat beyond);
     // codec: 1.2 ms per call + 70 us per decoded frame (stage benchmark at 1-12 frames x
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         code_predictor_base: us(2_310),
         code_predictor_per_small_row: us(174),
         code_predictor_per_row: us(34),
-        talker_base: us(2_080),
+        talker_base: us(1_850),
         talker_per_small_row: us(134),
         talker_per_row: us(11),
         small_rows: 8,

@@ -360,4 +360,39 @@ mod tests {
         assert_eq!(r.server_ttfa, Some(ms(95)));
         assert_eq!(r.outcome, Outcome::Done);
     }
+
+    #[test]
+    fn stage_use_totals_calls_rows_time_and_reasons() {
+        use crate::request::RequestId;
+        let step = |stage, rows: u64, reason, start: u64, end: u64| StepRecord {
+            stage,
+            rows: (0..rows).map(RequestId).collect(),
+            reason,
+            started: ms(start),
+            ended: ms(end),
+            failed: Vec::new(),
+        };
+        let steps = [
+            step(Stage::CodePredictor, 3, Reason::FirstAudio, 0, 3),
+            step(Stage::Codec, 1, Reason::Urgent, 3, 4),
+            step(Stage::CodePredictor, 5, Reason::RoundRobin, 4, 8),
+        ];
+        let used = StageUse::of(&steps);
+        assert_eq!(used.len(), 2, "stages that never ran are left out");
+        assert_eq!(
+            used[0],
+            StageUse {
+                stage: Stage::CodePredictor,
+                calls: 2,
+                rows: 8,
+                busy: ms(7),
+                by_reason: [0, 1, 0, 1],
+            }
+        );
+        assert_eq!(
+            (used[1].stage, used[1].by_reason),
+            (Stage::Codec, [1, 0, 0, 0])
+        );
+        assert!(used[0].to_string().contains("2 calls x   4.0 rows"));
+    }
 }
