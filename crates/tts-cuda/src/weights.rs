@@ -79,6 +79,17 @@ impl DevLayer {
     }
 }
 
+/// The attention kernels (`kernels/attention.cu`) hold one head in 128 floats of shared
+/// memory and read keys and values four at a time.
+fn check_head_dim(hd: usize) -> Result<(), CudaError> {
+    if hd == 0 || hd > 128 || !hd.is_multiple_of(4) {
+        return Err(CudaError::Shape(format!(
+            "head_dim {hd}: the CUDA attention kernels need a multiple of 4 up to 128"
+        )));
+    }
+    Ok(())
+}
+
 /// A decoder stack's weights plus its RoPE frequencies.
 pub struct DevStack {
     pub dims: StackDims,
@@ -94,6 +105,7 @@ impl DevStack {
         layers: &[DecoderLayerW<HostTensor>],
         norm: &HostTensor,
     ) -> Result<Self, CudaError> {
+        check_head_dim(d.head_dim)?;
         let base = d.rope_theta as f32;
         let inv: Vec<f32> = (0..d.head_dim / 2)
             .map(|i| 1.0 / base.powf((2 * i) as f32 / d.head_dim as f32))
@@ -256,4 +268,20 @@ fn add_bias_rows(
             Arg::I(rows as i32),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_head_dim;
+
+    #[test]
+    fn head_dims_the_attention_kernels_cannot_hold_are_refused() {
+        for ok in [4, 8, 64, 128] {
+            assert!(check_head_dim(ok).is_ok(), "{ok}");
+        }
+        for bad in [0, 6, 130, 256] {
+            let e = check_head_dim(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("head_dim {bad}")), "{e}");
+        }
+    }
 }
