@@ -25,19 +25,14 @@ pub fn gather_u32(
     out: u64,
     ldo: usize,
 ) -> Result<(), CudaError> {
-    gpu.launch(
+    indexed_u32(
+        gpu,
         "gather_u32",
-        (rows as u32, 1, 1),
-        block_for(width),
-        &[
-            Arg::P(table),
-            Arg::I(ldt as i32),
-            Arg::I(width as i32),
-            Arg::P(ids),
-            Arg::I(rows as i32),
-            Arg::P(out),
-            Arg::I(ldo as i32),
-        ],
+        (table, ldt),
+        width,
+        ids,
+        rows,
+        (out, ldo),
     )
 }
 
@@ -54,18 +49,40 @@ pub fn scatter_u32(
     table: u64,
     ldt: usize,
 ) -> Result<(), CudaError> {
-    gpu.launch(
+    indexed_u32(
+        gpu,
         "scatter_u32",
+        (src, lds),
+        width,
+        ids,
+        rows,
+        (table, ldt),
+    )
+}
+
+/// The common launch of `gather_u32` and `scatter_u32`: (source, its stride), width, the
+/// row ids, the row count, (destination, its stride).
+fn indexed_u32(
+    gpu: &Gpu,
+    name: &'static str,
+    (a, lda): (u64, usize),
+    width: usize,
+    ids: u64,
+    rows: usize,
+    (b, ldb): (u64, usize),
+) -> Result<(), CudaError> {
+    gpu.launch(
+        name,
         (rows as u32, 1, 1),
         block_for(width),
         &[
-            Arg::P(src),
-            Arg::I(lds as i32),
+            Arg::P(a),
+            Arg::I(lda as i32),
             Arg::I(width as i32),
             Arg::P(ids),
             Arg::I(rows as i32),
-            Arg::P(table),
-            Arg::I(ldt as i32),
+            Arg::P(b),
+            Arg::I(ldb as i32),
         ],
     )
 }

@@ -41,6 +41,18 @@ fn ensure_chromium() -> Result<(), String> {
     Ok(())
 }
 
+/// POSTs `body` as JSON to a WebDriver endpoint and returns the JSON answer.
+async fn post_json(http: &reqwest::Client, url: String, body: &Value) -> Value {
+    http.post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 struct Driver {
     child: Child,
     base: String,
@@ -79,15 +91,7 @@ impl Driver {
                 ],
             },
         }}});
-        let r: Value = http
-            .post(format!("{base}/session"))
-            .json(&caps)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r = post_json(&http, format!("{base}/session"), &caps).await;
         let session = r["value"]["sessionId"]
             .as_str()
             .unwrap_or_else(|| panic!("no session: {r}"))
@@ -101,16 +105,8 @@ impl Driver {
     }
 
     async fn cmd(&self, path: &str, body: Value) -> Value {
-        let r: Value = self
-            .http
-            .post(format!("{}/session/{}/{path}", self.base, self.session))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let url = format!("{}/session/{}/{path}", self.base, self.session);
+        let r = post_json(&self.http, url, &body).await;
         if r["value"]["error"].is_string() {
             panic!("webdriver {path}: {r}");
         }
