@@ -195,10 +195,10 @@ fn finish<'a>(
     } else {
         policy.fill
     };
-    let ready = views.iter().filter(|v| v.ready.has(stage)).count();
+    let ready = || views.iter().filter(|v| v.ready.has(stage)).count();
     let target = match fill {
         Fill::None => chosen.len(),
-        Fill::Max if ready >= policy.max_fill_from => max,
+        Fill::Max if ready() >= policy.max_fill_from => max,
         Fill::Bucket | Fill::Max => policy.bucket_for(chosen.len()).min(max),
     };
     if chosen.len() < target {

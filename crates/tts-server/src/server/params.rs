@@ -112,6 +112,12 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A string that must be there: its absence is a 400 with `code` on `name`.
+    pub fn required_string(&self, name: &str, code: &'static str) -> Result<&'a str, ApiError> {
+        self.string(name)?
+            .ok_or_else(|| ApiError::invalid(name, code, format!("`{name}` is required")))
+    }
+
     pub fn boolean(&self, name: &str) -> Result<Option<bool>, ApiError> {
         match self.get(name) {
             None => Ok(None),
@@ -183,17 +189,7 @@ pub fn speech(
             ));
         }
     }
-    let input = match f.get("input") {
-        None => {
-            return Err(ApiError::invalid(
-                "input",
-                "missing_input",
-                "`input` is required",
-            ))
-        }
-        Some(Value::String(s)) => s,
-        Some(_) => return Err(type_error("input", "a string")),
-    };
+    let input = f.required_string("input", "missing_input")?;
     check_text("input", input, limits)?;
     if let Some(speed) = f.number("speed")? {
         if (speed - 1.0).abs() > 1e-6 {

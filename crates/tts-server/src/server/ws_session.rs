@@ -196,17 +196,8 @@ where
                     .await
             }
         };
-        let kind = match Fields::new(&map).string("type") {
-            Ok(Some(k)) => k.to_string(),
-            Ok(None) => {
-                return self
-                    .error(ApiError::invalid(
-                        "type",
-                        "invalid_message",
-                        "`type` is required",
-                    ))
-                    .await
-            }
+        let kind = match Fields::new(&map).required_string("type", "invalid_message") {
+            Ok(k) => k.to_string(),
             Err(e) => return self.error(e).await,
         };
         match kind.as_str() {
@@ -272,17 +263,8 @@ where
     }
 
     async fn text(&mut self, map: &Map<String, Value>) -> Flow {
-        let piece = match Fields::new(map).string("text") {
-            Ok(Some(t)) => t.to_string(),
-            Ok(None) => {
-                return self
-                    .error(ApiError::invalid(
-                        "text",
-                        "invalid_value",
-                        "`text` is required",
-                    ))
-                    .await
-            }
+        let piece = match Fields::new(map).required_string("text", "invalid_value") {
+            Ok(t) => t.to_string(),
             Err(e) => return self.error(e).await,
         };
         let Some(sender) = self.current.as_mut().and_then(|u| u.text.as_mut()) else {
