@@ -216,7 +216,7 @@ pub fn speech(
     f.boolean("stream")?;
     let voice = voice_params(&f, catalog, limits, AudioFormat::Mp3)?;
     Ok(SpeechParams {
-        input: input.clone(),
+        input: input.to_string(),
         stream_format,
         voice,
     })
