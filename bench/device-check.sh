@@ -4,12 +4,14 @@
 # benchmark with and without programmatic dependent launch. Results go to $OUT.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+# kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried
+[ -d "$PWD/.device-carry/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/.device-carry/kcache
 export QWEN3_TTS_FIXTURES=$PWD/fixtures
 D=.device-carry
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-timeout 240 $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1; echo "parity rc $?"
+timeout ${PARITY_TIMEOUT:-420} $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1; echo "parity rc $?"
 timeout 120 $D/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1; echo "codec rc $?"
 grep -E "^test |test result" "$OUT/parity.txt" "$OUT/codec.txt"
 if [ "${STAGES:-1}" = 1 ]; then

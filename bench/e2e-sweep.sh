@@ -6,6 +6,8 @@
 #   RATES="1 10 40" LABEL=a OUT=... bash bench/e2e-sweep.sh
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+# kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried
+[ -d "$PWD/.device-carry/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/.device-carry/kcache
 D=.device-carry
 OUT=${OUT:-/tmp/out}
 LABEL=${LABEL:-a}

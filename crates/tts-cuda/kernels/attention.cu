@@ -12,6 +12,9 @@
 
 // KV caches hold bf16 (default) or f32 ("exact" mode, for parity checks); each kernel
 // below has an `_f32` twin over f32 caches.
+// The bodies below take CG = true when the persistent kernels (persistent.cu) run them:
+// then the qkv rows and caches, written by other blocks of the same launch, are read
+// through L2 (`ld_cg_if`).
 __device__ __forceinline__ float kv_load(const bf16* p) { return bf2f(*p); }
 __device__ __forceinline__ float kv_load(const float* p) { return *p; }
 __device__ __forceinline__ void kv_store(bf16* p, float v) { *p = f2bf(v); }
@@ -23,18 +26,22 @@ __device__ __forceinline__ float kv_round(float v, const float*) { return v; }
 // One warp: RMS-normalises the head vector x (weights w) and rotates it for position pos,
 // handing each result to emit(index, value). Lanes read x[e], x[e + hd/2] before emitting
 // those two indices, so x may be overwritten in place.
-template <typename Emit>
+template <bool CG, typename Emit>
 __device__ __forceinline__ void norm_rope(const float* x, const float* __restrict__ w, float eps,
                                           const float* __restrict__ inv_freq, int pos, int hd,
                                           int lane, Emit emit) {
     int half = hd / 2;
     float s = 0.f;
-    for (int i = lane; i < hd; i += 32) s += x[i] * x[i];
+    for (int i = lane; i < hd; i += 32) {
+        float v = ld_cg_if<CG>(x + i);
+        s += v * v;
+    }
     s = warp_sum(s);
     float inv = 1.0f / sqrtf(s / (float)hd + eps);
     __syncwarp();
     for (int i = lane; i < half; i += 32) {
-        float a = w[i] * (x[i] * inv), b = w[i + half] * (x[i + half] * inv);
+        float a = w[i] * (ld_cg_if<CG>(x + i) * inv);
+        float b = w[i + half] * (ld_cg_if<CG>(x + i + half) * inv);
         float ang = (float)pos * inv_freq[i];
         float c = cosf(ang), sn = sinf(ang);
         emit(i, a * c - b * sn);
@@ -65,10 +72,11 @@ __device__ __forceinline__ void qk_norm_rope_kv_body(float* qkv, int ldq, int T,
     for (int h = warp; h < heads + kvh; h += nw) {
         if (h < heads) {
             float* x = row + h * hd;
-            norm_rope(x, q_norm, eps, inv_freq, pos, hd, lane, [&](int i, float v) { x[i] = v; });
+            norm_rope<false>(x, q_norm, eps, inv_freq, pos, hd, lane,
+                             [&](int i, float v) { x[i] = v; });
         } else {
             KV* dst = k_cache + off + (size_t)(h - heads) * hd;
-            norm_rope(row + heads * hd + (h - heads) * hd, k_norm, eps, inv_freq, pos, hd, lane,
+            norm_rope<false>(row + heads * hd + (h - heads) * hd, k_norm, eps, inv_freq, pos, hd, lane,
                       [&](int i, float v) { kv_store(dst + i, v); });
         }
     }
@@ -93,29 +101,32 @@ QK_ENTRY(qk_norm_rope_kv, bf16)
 QK_ENTRY(qk_norm_rope_kv_f32, float)
 
 // Four cache (or f32 shared-memory) values from p[0..4), widened to f32 (p 4-aligned).
+template <bool CG>
 __device__ __forceinline__ float4 kv_load4(const bf16* p) {
-    uint2 u = *(const uint2*)p;
+    uint2 u = ld_cg_if<CG>((const uint2*)p);
     return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
                        __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
 }
-__device__ __forceinline__ float4 kv_load4(const float* p) { return *(const float4*)p; }
+template <bool CG>
+__device__ __forceinline__ float4 kv_load4(const float* p) { return ld_cg_if<CG>((const float4*)p); }
 
 __device__ __forceinline__ float dot4(const float* q, float4 k) {
     return q[0] * k.x + q[1] * k.y + q[2] * k.z + q[3] * k.w;
 }
 
 // Attention of one query (q: hd floats, global or shared) over positions lo..pos, by the
-// block's 4 warps (128 threads); needs hd % 4 == 0 and hd <= 128. Positions below pos_new
+// block's warps (128 threads in the attention kernels, 256 in the persistent kernels; at
+// most AT_WARPS); needs hd % 4 == 0 and hd <= 128. Positions below pos_new
 // are read from the cache rows kbase/vbase (stride kvd); positions from pos_new on from
 // s_k/s_v[p - pos_new][0..hd). Positions go in tiles of AT_TILE: every thread scores whole
 // positions (one query-key dot each, so the loads of many positions are in flight at
 // once), the block takes the tile's max and exp-sum (online softmax across tiles), then
-// warp w accumulates the values of every 4th position of the tile, lane l owning head dims
+// warp w accumulates the values of every nw-th position of the tile, lane l owning head dims
 // 4l..4l+3; the warps' sums meet in shared memory and warp 0 writes dst[0..hd).
 // Ends with a block barrier, so the caller may reuse shared memory afterwards.
 #define AT_TILE 256
-#define AT_WARPS 4
-template <typename KV>
+#define AT_WARPS 8
+template <typename KV, bool CG>
 __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_new,
                                        const KV* __restrict__ kbase,
                                        const KV* __restrict__ vbase, int kvd,
@@ -125,7 +136,7 @@ __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_
     __shared__ float s_w[AT_TILE];
     __shared__ float s_red[33];
     __shared__ __align__(16) float s_acc[AT_WARPS][128];
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     for (int d = tid; d < hd; d += blockDim.x) s_qa[d] = q[d];
     __syncthreads();
     const float scale = 1.0f / sqrtf((float)hd);
@@ -141,7 +152,7 @@ __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_
             if (j < cached) {
                 const KV* kr = kbase + (size_t)p * kvd;
 #pragma unroll 8
-                for (int d = 0; d < hd; d += 4) sc += dot4(s_qa + d, kv_load4(kr + d));
+                for (int d = 0; d < hd; d += 4) sc += dot4(s_qa + d, kv_load4<CG>(kr + d));
             } else {
                 const float* kr = s_k[p - pos_new];
                 for (int d = 0; d < hd; d++) sc += s_qa[d] * kr[d];
@@ -165,12 +176,12 @@ __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_
         if (owner) {
             const KV* vr = vbase + 4 * lane;
 #pragma unroll 4
-            for (int j = warp; j < cached; j += AT_WARPS) {
+            for (int j = warp; j < cached; j += nw) {
                 float w = s_w[j];
-                float4 v = kv_load4(vr + (size_t)(t0 + j) * kvd);
+                float4 v = kv_load4<CG>(vr + (size_t)(t0 + j) * kvd);
                 acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
             }
-            for (int j = cached + warp; j < n; j += AT_WARPS) {
+            for (int j = cached + warp; j < n; j += nw) {
                 float w = s_w[j];
                 const float* vs = s_v[t0 + j - pos_new] + 4 * lane;
                 acc.x += w * vs[0]; acc.y += w * vs[1]; acc.z += w * vs[2]; acc.w += w * vs[3];
@@ -183,7 +194,7 @@ __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_
     if (warp == 0 && owner) {
         float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int w2 = 0; w2 < AT_WARPS; w2++) {
+        for (int w2 = 0; w2 < nw; w2++) {
             float4 a = *(const float4*)&s_acc[w2][4 * lane];
             o.x += a.x; o.y += a.y; o.z += a.z; o.w += a.w;
         }
@@ -217,7 +228,7 @@ __device__ __forceinline__ void decode_attention_body(const float* __restrict__ 
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
     const KV* kbase = k_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
     const KV* vbase = v_cache + (size_t)slot * max_pos * kvd + (size_t)g * hd;
-    attend<KV>(q, lo, pos, pos + 1, kbase, vbase, kvd, nullptr, nullptr, hd,
+    attend<KV, false>(q, lo, pos, pos + 1, kbase, vbase, kvd, nullptr, nullptr, hd,
                out + (size_t)t * ldo + h * hd);
 }
 
@@ -239,7 +250,8 @@ DA_ENTRY(decode_attention_f32, float)
 // Fused attention for rows of `tpr` (1..FA_MAXT) new tokens at consecutive positions whose
 // earlier positions are already cached: decoding (1 token per request, any context) and
 // the code predictor (2 tokens in its first step, then 1). Grid (heads, rows), 128
-// threads. Block (h, r) handles q head h of row r, whose tokens are qkv rows r*tpr + i at
+// threads (the persistent code-predictor loop calls the body for its tasks with 256).
+// Task (h, r) handles q head h of row r, whose tokens are qkv rows r*tpr + i at
 // positions[r*tpr + i], cache row slots[r*tpr] (rows with a negative slot are skipped):
 //   1. QK-norm + RoPE of q head h and of k head g = h / (heads / kvh) for every new
 //      token, and v head g, into shared memory; k and v rounded as the cache rounds them,
@@ -249,13 +261,13 @@ DA_ENTRY(decode_attention_f32, float)
 // out: f32 [rows*tpr][ldo], head h at column h*hd.
 #define FA_MAXT 4
 
-template <typename KV>
+template <typename KV, bool CG>
 __device__ __forceinline__ void fused_attention_body(
-    const float* __restrict__ qkv, int ldq, int rows, int tpr, const int* __restrict__ slots,
-    const int* __restrict__ positions, const float* __restrict__ q_norm,
-    const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq, int heads,
-    int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, float* out, int ldo) {
-    int h = blockIdx.x, r = blockIdx.y;
+    int h, int r, const float* __restrict__ qkv, int ldq, int rows, int tpr,
+    const int* __restrict__ slots, const int* __restrict__ positions,
+    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+    const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache, KV* v_cache,
+    int max_pos, float* out, int ldo) {
     if (r >= rows || tpr < 1 || tpr > FA_MAXT) return;
     int slot = slots[r * tpr];
     if (slot < 0) return;
@@ -270,11 +282,11 @@ __device__ __forceinline__ void fused_attention_body(
         int i = task >> 1, t = r * tpr + i, pos = positions[t];
         const float* row = qkv + (size_t)t * ldq;
         if ((task & 1) == 0) {
-            norm_rope(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
+            norm_rope<CG>(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
                       [&](int e, float v) { s_q[i][e] = v; });
         } else {
             KV* dst = k_cache + base + (size_t)pos * kvd;
-            norm_rope(row + heads * hd + g * hd, k_norm, eps, inv_freq, pos, hd, lane,
+            norm_rope<CG>(row + heads * hd + g * hd, k_norm, eps, inv_freq, pos, hd, lane,
                       [&](int e, float v) {
                           s_k[i][e] = kv_round(v, dst);
                           if (writer) kv_store(dst + e, v);
@@ -284,7 +296,7 @@ __device__ __forceinline__ void fused_attention_body(
     for (int idx = threadIdx.x; idx < tpr * hd; idx += blockDim.x) {
         int i = idx / hd, e = idx % hd, t = r * tpr + i;
         KV* dst = v_cache + base + (size_t)positions[t] * kvd;
-        float v = qkv[(size_t)t * ldq + (heads + kvh) * hd + g * hd + e];
+        float v = ld_cg_if<CG>(qkv + (size_t)t * ldq + (heads + kvh) * hd + g * hd + e);
         s_v[i][e] = kv_round(v, dst);
         if (writer) kv_store(dst + e, v);
     }
@@ -292,7 +304,7 @@ __device__ __forceinline__ void fused_attention_body(
     // 2. attention, token by token (attend ends with a barrier)
     for (int i = 0; i < tpr; i++) {
         int t = r * tpr + i;
-        attend<KV>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k, s_v, hd,
+        attend<KV, CG>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k, s_v, hd,
                    out + (size_t)t * ldo + h * hd);
     }
 }
@@ -306,8 +318,9 @@ __device__ __forceinline__ void fused_attention_body(
         KV* v_cache, int max_pos, float* out, int ldo) {                                        \
         pdl_wait();                                                                             \
         pdl_trigger();                                                                          \
-        fused_attention_body<KV>(qkv, ldq, rows, tpr, slots, positions, q_norm, k_norm, eps,    \
-                                 inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, out, ldo); \
+        fused_attention_body<KV, false>(blockIdx.x, blockIdx.y, qkv, ldq, rows, tpr, slots,     \
+                                        positions, q_norm, k_norm, eps, inv_freq, heads, kvh,   \
+                                        hd, k_cache, v_cache, max_pos, out, ldo);               \
     }
 FA_ENTRY(fused_attention, bf16)
 FA_ENTRY(fused_attention_f32, float)

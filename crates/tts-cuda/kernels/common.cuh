@@ -96,7 +96,20 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// *p, or with CG through L2 only (ld.global.cg): for data other blocks of the same launch
+// may have written before a grid barrier (the persistent kernels), which a cached or
+// non-coherent load could miss.
+template <bool CG, typename T>
+__device__ __forceinline__ T ld_cg_if(const T* p) {
+    if constexpr (CG) return __ldcg(p);
+    else return *p;
+}
+
 // Asks for the cache line holding `p` to be brought into L2 (no register is bound).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+// The same into this multiprocessor's L1 (immutable data only: L1 is not coherent).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }

@@ -305,20 +305,20 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
 // frames[r][step]. The frame index for the draw is the slot's code-0 count minus one.
 // For step < 15 it also writes the next step's input row: the embedding of this code from
 // table step-1 (`folded` f32 [15][V][D] when given, else `raw` bf16) into next_x[r*ldx].
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
-    const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
-    const unsigned int* __restrict__ params, int step, int* frames,
-    const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
-    int ldx) {
-    pdl_wait();
-    pdl_trigger();
-    int r = blockIdx.x;
+// One row of sample_cp, by a block of SAMPLE_THREADS threads (also called by the
+// persistent code-predictor loop, with its shared memory and CG: logits read through L2).
+template <bool CG>
+__device__ void sample_cp_row(int r, const float* __restrict__ logits, int V, int rows,
+                              const int* __restrict__ slots,
+                              const unsigned int* __restrict__ params, int step, int* frames,
+                              const float* __restrict__ folded, const bf16* __restrict__ raw,
+                              int D, float* next_x, int ldx, SampleShared& sh) {
     if (r >= rows) return;
     int slot = slots[r];
     if (slot < 0) return;
-    __shared__ SampleShared sh;
     const unsigned int* p = params + slot * 16;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sh.s[i] = logits[(size_t)r * V + i];
+    // CG: the persistent loop's blocks wrote these logits in the same launch
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sh.s[i] = ld_cg_if<CG>(logits + (size_t)r * V + i);
     __syncthreads();
     float u = draw_uniform(p[0], p[1], p[11] - 1u, (unsigned int)step);
     int c = choose(sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
@@ -328,4 +328,16 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
         for (int i = threadIdx.x; i < D; i += blockDim.x)
             next_x[(size_t)r * ldx + i] = folded ? folded[base + i] : bf2f(raw[base + i]);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
+    const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
+    const unsigned int* __restrict__ params, int step, int* frames,
+    const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
+    int ldx) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ SampleShared sh;
+    sample_cp_row<false>(blockIdx.x, logits, V, rows, slots, params, step, frames, folded, raw,
+                         D, next_x, ldx, sh);
 }

@@ -19,6 +19,7 @@ use crate::codec::{CodecPrecision, DevCodec};
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::linear::Linear;
+use crate::persistent::{Persistent, Prefetch};
 use crate::routing::{autotune, TunedShape};
 use crate::talker::{prefill, step, write_prefill_inputs, PrefillPlan, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
@@ -43,6 +44,16 @@ pub struct CudaOptions {
     pub autotune: bool,
     /// Launch the decoding kernels with programmatic dependent launch (sm_90 and newer).
     pub pdl: bool,
+    /// Run the code-predictor loop of buckets of up to this many rows as one persistent
+    /// kernel (`persistent.cu`) when the model's shapes fit it (0: never, the default: on
+    /// the H200 it measured slower than launch by launch; at most
+    /// `persistent::CP_MAX_ROWS`).
+    pub persistent_cp_rows: usize,
+    /// Likewise the talker step's layers (at most `persistent::TALKER_MAX_ROWS`).
+    pub persistent_talker_rows: usize,
+    /// How far ahead the persistent kernels ask L2 for weights.
+    pub cp_prefetch: Prefetch,
+    pub talker_prefetch: Prefetch,
 }
 
 impl Default for CudaOptions {
@@ -56,6 +67,10 @@ impl Default for CudaOptions {
             codec_frames_per_call: 16,
             autotune: false,
             pdl: true,
+            persistent_cp_rows: 0,
+            persistent_talker_rows: 0,
+            cp_prefetch: Prefetch::CODE_PREDICTOR,
+            talker_prefetch: Prefetch::TALKER,
         }
     }
 }
@@ -111,6 +126,9 @@ pub struct CudaBackend {
     talker: DevTalker,
     cp: DevCodePredictor,
     ws: Workspace,
+    /// The persistent code-predictor loop and talker layers, for small buckets.
+    cp_loop: Option<Persistent>,
+    talker_layers: Option<Persistent>,
     codec: Codec,
     rules: SampleRules,
     info: BackendInfo,
@@ -130,6 +148,28 @@ impl CudaBackend {
         let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
+        let pick = |stage: &str, rows: usize, built: Result<Result<Persistent, String>, _>| {
+            if rows == 0 {
+                return Ok(None);
+            }
+            built.map(|b| match b {
+                Ok(p) => Some(p.up_to(rows)),
+                Err(why) => {
+                    tracing::info!(%why, "{stage} runs launch by launch");
+                    None
+                }
+            })
+        };
+        let cp_loop = pick(
+            "code predictor",
+            opts.persistent_cp_rows,
+            Persistent::code_predictor(&gpu, &cp, &ws, opts.cp_prefetch),
+        )?;
+        let talker_layers = pick(
+            "talker step",
+            opts.persistent_talker_rows,
+            Persistent::talker(&gpu, &talker, &ws, opts.talker_prefetch),
+        )?;
         let tuning = if opts.autotune {
             let t0 = std::time::Instant::now();
             let tuned = autotune(&gpu, &tuning_layers(&talker, &cp), &mut ws.scratch, 10)?;
@@ -195,6 +235,8 @@ impl CudaBackend {
                 min_new: 2,
             },
             info,
+            cp_loop,
+            talker_layers,
             slots: (0..opts.limits.max_slots).map(|_| None).collect(),
             graphs: HashMap::new(),
             opts,
@@ -240,12 +282,23 @@ impl CudaBackend {
 
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
         match kind {
-            GraphKind::TalkerStep => {
-                step(&self.gpu, &self.talker, &self.cp, &self.ws, b, self.rules)
-            }
-            GraphKind::CodePredictor => {
-                crate::code_predictor::predict(&self.gpu, &self.talker, &self.cp, &self.ws, b)
-            }
+            GraphKind::TalkerStep => step(
+                &self.gpu,
+                &self.talker,
+                &self.cp,
+                &self.ws,
+                b,
+                self.rules,
+                self.talker_layers.as_ref(),
+            ),
+            GraphKind::CodePredictor => crate::code_predictor::predict(
+                &self.gpu,
+                &self.talker,
+                &self.cp,
+                &self.ws,
+                b,
+                self.cp_loop.as_ref(),
+            ),
             GraphKind::Prefill => prefill(&self.gpu, &self.talker, &self.ws, b, 1, self.rules),
         }
     }
@@ -319,6 +372,30 @@ impl CudaBackend {
             }
         }
         Ok(())
+    }
+
+    /// One traced launch of the persistent talker layers (`talker`) or code-predictor loop
+    /// for `n` rows, on the inputs last written (benchmarks); None when that stage runs
+    /// launch by launch.
+    pub fn trace_persistent(
+        &mut self,
+        talker: bool,
+        n: usize,
+    ) -> Result<Option<Vec<crate::persistent::PhaseStat>>, CudaError> {
+        let b = self.bucket(n);
+        let khz =
+            f64::from(self.gpu.ctx.attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
+            )?);
+        let p = if talker {
+            self.talker_layers.as_mut()
+        } else {
+            self.cp_loop.as_mut()
+        };
+        match p {
+            Some(p) if b <= p.max_rows() => p.trace(&self.gpu, b, khz).map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Whether audio is decoded on the GPU.

@@ -213,6 +213,79 @@ pub fn bench_stages(
     Ok(out)
 }
 
+/// One persistent stage's phase times at one batch size.
+#[derive(Debug, Clone)]
+pub struct StageTrace {
+    pub stage: &'static str,
+    pub batch: usize,
+    pub phases: Vec<crate::persistent::PhaseStat>,
+}
+
+/// The persistent kernels' phase times for each batch size (after `context` frames of
+/// history per slot), for the stages that run persistently at that size.
+pub fn trace_stages(
+    b: &mut CudaBackend,
+    model: &Model,
+    batches: &[usize],
+    context: usize,
+) -> Result<Vec<StageTrace>, CudaError> {
+    let mut out = Vec::new();
+    for &n in batches {
+        let slots = prepare(b, model, n, context)?;
+        b.predict_codes(&slots)?;
+        if let Some(phases) = b.trace_persistent(false, n)? {
+            out.push(StageTrace {
+                stage: "code_predictor",
+                batch: n,
+                phases,
+            });
+        }
+        let pad = b.info().tts_pad_token_id;
+        let steps: Vec<StepRow> = slots
+            .iter()
+            .map(|&slot| StepRow {
+                slot,
+                text_token: pad,
+            })
+            .collect();
+        b.talker_step(&steps)?;
+        if let Some(phases) = b.trace_persistent(true, n)? {
+            out.push(StageTrace {
+                stage: "talker_step",
+                batch: n,
+                phases,
+            });
+        }
+        for s in slots {
+            b.free_slot(s);
+        }
+    }
+    Ok(out)
+}
+
+/// The phase traces as a text table.
+pub fn trace_table(rows: &[StageTrace]) -> String {
+    let mut out = format!(
+        "{:<16} {:>6} {:<10} {:>6} {:>10} {:>11} {:>10}\n",
+        "stage", "batch", "phase", "count", "work us", "barrier us", "total ms"
+    );
+    for t in rows {
+        for p in &t.phases {
+            out.push_str(&format!(
+                "{:<16} {:>6} {:<10} {:>6} {:>10.2} {:>11.2} {:>10.3}\n",
+                t.stage,
+                t.batch,
+                p.phase,
+                p.count,
+                p.work_us,
+                p.barrier_us,
+                p.count as f64 * (p.work_us + p.barrier_us) * 1e-3
+            ));
+        }
+    }
+    out
+}
+
 impl CudaBackend {
     /// Median device time (ms) of `iters` replays of the talker-step (`talker`) or
     /// code-predictor graph of the bucket for `n` rows, with the inputs last written.

@@ -3,7 +3,8 @@
 //!
 //! Step 0 runs two tokens per row, `[proj(talker hidden), proj(C(code 0))]`, at positions
 //! 0 and 1; steps 1..14 run one token, `proj(E_{j-1}(code j))`, at position j+1. The
-//! cache is per batch row (fresh every frame), so rows index it directly.
+//! cache is per batch row (fresh every frame), so rows index it directly. Small buckets
+//! run the steps as one persistent kernel (`persistent.cu`), larger ones launch by launch.
 
 use tts_model::config::NUM_CODE_GROUPS;
 
@@ -11,18 +12,22 @@ use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
 use crate::kernels;
 use crate::linear::{linear, Act, Rows};
+use crate::persistent::Persistent;
 use crate::stack::{run_layers, Attention, Kv, Tokens};
 use crate::weights::{DevCodePredictor, DevTalker};
 use crate::workspace::Workspace;
 
 /// Enqueues the 15-step loop for `b` rows. Reads `ws.inputs` (row slots, cp row maps);
-/// the completed frames land in `ws.frames[..b]` and in the slots' frames.
+/// the completed frames land in `ws.frames[..b]` and in the slots' frames. With
+/// `persistent` and at most its `max_rows()` rows the steps run as one persistent kernel,
+/// else launch by launch.
 pub fn predict(
     gpu: &Gpu,
     t: &DevTalker,
     cp: &DevCodePredictor,
     ws: &Workspace,
     b: usize,
+    persistent: Option<&Persistent>,
 ) -> Result<(), CudaError> {
     let th = t.stack.dims.hidden;
     let ch = cp.stack.dims.hidden;
@@ -64,6 +69,10 @@ pub fn predict(
             Arg::P(ws.cp_x.ptr),
         ],
     )?;
+    if let Some(lp) = persistent.filter(|p| b <= p.max_rows()) {
+        lp.launch(gpu, b)?;
+        return ws.store_frames(gpu, slots, b);
+    }
     let kv = Kv {
         k: ws.cp_k_cache.ptr,
         v: ws.cp_v_cache.ptr,

@@ -53,6 +53,15 @@ pub const KERNELS: &[&str] = &[
     "sample_cp",
 ];
 
+/// Persistent kernels (`persistent.cu`): one block per multiprocessor, grid barriers inside,
+/// so never launched with PDL (every block must find its multiprocessor free).
+pub const PERSISTENT_KERNELS: &[&str] = &[
+    "cp_loop",
+    "cp_loop_f32",
+    "talker_layers",
+    "talker_layers_f32",
+];
+
 /// A device buffer and its raw address.
 pub struct DBuf<T> {
     slice: CudaSlice<T>,
@@ -96,6 +105,8 @@ pub struct Gpu {
     _workspace: CudaSlice<u8>,
     pub name: String,
     pub arch: String,
+    /// Streaming multiprocessors (the grid of a persistent kernel).
+    pub sm_count: u32,
 }
 
 impl Gpu {
@@ -131,9 +142,12 @@ impl Gpu {
         for &k in KERNELS {
             funcs.insert(k, (module.load_function(k)?, true));
         }
-        for &k in crate::codec::KERNELS {
+        for &k in crate::codec::KERNELS.iter().chain(PERSISTENT_KERNELS) {
             funcs.insert(k, (module.load_function(k)?, false));
         }
+        let sm_count = ctx
+            .attribute(dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .max(1) as u32;
         let blas = CudaBlas::new(stream.clone())?;
         let workspace: CudaSlice<u8> = stream.alloc_zeros(BLAS_WORKSPACE)?;
         {
@@ -154,6 +168,7 @@ impl Gpu {
             _workspace: workspace,
             name,
             arch,
+            sm_count,
         })
     }
 
@@ -262,6 +277,41 @@ impl Gpu {
         block: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        self.launch_with(name, grid, block, 0, args)
+    }
+
+    /// How many `block`-thread blocks of `name`, each with `smem` bytes of dynamic shared
+    /// memory, fit on one multiprocessor at once.
+    pub fn blocks_per_sm(
+        &self,
+        name: &'static str,
+        block: u32,
+        smem: usize,
+    ) -> Result<u32, CudaError> {
+        Ok(self
+            .func(name)?
+            .occupancy_max_active_blocks_per_multiprocessor(block, smem, None)?)
+    }
+
+    /// Lets `name` take up to `bytes` of dynamic shared memory per block (above 48 KiB
+    /// this must be asked for before the launch).
+    pub fn allow_dynamic_smem(&self, name: &'static str, bytes: usize) -> Result<(), CudaError> {
+        self.func(name)?.set_attribute(
+            dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )?;
+        Ok(())
+    }
+
+    /// `launch` with `smem` bytes of dynamic shared memory per block.
+    pub fn launch_with(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
         let (f, pdl_ready) = self.funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
         if args.len() > MAX_ARGS {
             return Err(CudaError::Shape(format!(
@@ -295,7 +345,7 @@ impl Gpu {
             blockDimX: block,
             blockDimY: 1,
             blockDimZ: 1,
-            sharedMemBytes: 0,
+            sharedMemBytes: smem,
             hStream: self.stream.cu_stream(),
             attrs: if use_pdl {
                 &mut attr

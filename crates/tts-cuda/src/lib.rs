@@ -15,6 +15,7 @@ pub mod error;
 pub mod kernels;
 pub mod libs;
 pub mod linear;
+pub mod persistent;
 pub mod routing;
 pub mod stack;
 pub mod talker;

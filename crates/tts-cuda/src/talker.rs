@@ -11,6 +11,7 @@ use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
 use crate::kernels;
 use crate::linear::{linear, Act, Rows};
+use crate::persistent::Persistent;
 use crate::stack::{final_norm, run_layers, Attention, Kv, Tokens};
 use crate::weights::{DevCodePredictor, DevTalker};
 use crate::workspace::Workspace;
@@ -225,6 +226,8 @@ pub fn prefill(
 
 /// Enqueues one generation step for `b` rows (a bucket; padding rows have slot -1). Reads
 /// `ws.inputs` (row slots, positions, text ids); codes land in `ws.codes[..b]`.
+/// With `persistent` and at most its `max_rows()` rows the layers run as one persistent
+/// kernel.
 pub fn step(
     gpu: &Gpu,
     t: &DevTalker,
@@ -232,6 +235,7 @@ pub fn step(
     ws: &Workspace,
     b: usize,
     rules: SampleRules,
+    persistent: Option<&Persistent>,
 ) -> Result<(), CudaError> {
     let h = t.stack.dims.hidden;
     let lay = &ws.layout;
@@ -259,20 +263,24 @@ pub fn step(
             Arg::I(cp.vocab as i32),
         ],
     )?;
-    let tok = Tokens {
-        x: ws.x.ptr,
-        n: b,
-        slots,
-        positions,
-    };
-    run_layers(
-        gpu,
-        &t.stack,
-        ws,
-        tok,
-        talker_kv(ws),
-        Attention::Fused { tokens_per_row: 1 },
-    )?;
+    if let Some(p) = persistent.filter(|p| b <= p.max_rows()) {
+        p.launch(gpu, b)?;
+    } else {
+        let tok = Tokens {
+            x: ws.x.ptr,
+            n: b,
+            slots,
+            positions,
+        };
+        run_layers(
+            gpu,
+            &t.stack,
+            ws,
+            tok,
+            talker_kv(ws),
+            Attention::Fused { tokens_per_row: 1 },
+        )?;
+    }
     kernels::copy_rows(gpu, ws.x.ptr, h, ws.last.ptr, h, h, b)?;
     finish_rows(gpu, t, ws, b, slots, rules)
 }

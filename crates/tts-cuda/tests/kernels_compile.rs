@@ -17,7 +17,8 @@ fn kernels_compile_for_sm90() {
             // NUL-terminated string.
             let names = tts_cuda::device::KERNELS
                 .iter()
-                .chain(tts_cuda::codec::KERNELS);
+                .chain(tts_cuda::codec::KERNELS)
+                .chain(tts_cuda::device::PERSISTENT_KERNELS);
             for name in names {
                 let needle = [b"\0", name.as_bytes(), b"\0"].concat();
                 assert!(

@@ -2,6 +2,7 @@
 //! `Backend` (CPU reference or CUDA).
 
 use anyhow::Context;
+use tts_cuda::persistent::{OwnRows, Prefetch};
 use tts_model::reference::CpuBackend;
 use tts_model::{Backend, Model};
 
@@ -77,9 +78,72 @@ pub fn create_cuda(
         // routing of the batched linear layers by timing them.
         pdl: std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
+        // the largest buckets the persistent kernels take (0: off), and how far ahead
+        // they prefetch weights
+        persistent_cp_rows: rows_knob(
+            "QWEN3_TTS_PERSISTENT_CP",
+            tts_cuda::CudaOptions::default().persistent_cp_rows,
+        )?,
+        persistent_talker_rows: rows_knob(
+            "QWEN3_TTS_PERSISTENT_TALKER",
+            tts_cuda::CudaOptions::default().persistent_talker_rows,
+        )?,
+        cp_prefetch: prefetch_knob("QWEN3_TTS_CP_PREFETCH", Prefetch::CODE_PREDICTOR)?,
+        talker_prefetch: prefetch_knob("QWEN3_TTS_TALKER_PREFETCH", Prefetch::TALKER)?,
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
+}
+
+/// A row count from `$name` (a whole number), else `default`.
+fn rows_knob(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}={v}: expected a number of rows (0: off)")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// A persistent kernel's prefetch from `$name`: `MATRICES[,CAP_BYTES[,start|end[,l2|l1|noown]]]`.
+fn prefetch_knob(name: &str, default: Prefetch) -> anyhow::Result<Prefetch> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(default);
+    };
+    let parse = || -> Option<Prefetch> {
+        let mut it = v.split(',').map(str::trim);
+        let matrices = it.next()?.parse().ok()?;
+        let cap_bytes = match it.next() {
+            Some(c) => c.parse().ok()?,
+            None => default.cap_bytes,
+        };
+        let at_end = match it.next() {
+            Some("start") => false,
+            Some("end") => true,
+            Some(_) => return None,
+            None => default.at_end,
+        };
+        let own = match it.next() {
+            Some("own") | Some("l2") => OwnRows::L2,
+            Some("l1") => OwnRows::L1,
+            Some("noown") => OwnRows::Off,
+            Some(_) => return None,
+            None => default.own,
+        };
+        it.next().is_none().then_some(Prefetch {
+            matrices,
+            cap_bytes,
+            at_end,
+            own,
+        })
+    };
+    parse().with_context(|| {
+        format!(
+            "{name}={v}: expected MATRICES[,CAP_BYTES[,start|end[,l2|l1|noown]]] \
+             (e.g. 1,65536,end,l2)"
+        )
+    })
 }
 
 /// Builds the backend for a server: on CUDA the graphs of every batch bucket are captured

@@ -33,6 +33,9 @@ pub struct BenchStagesArgs {
     /// Also time GEMV launches on the release layer shapes.
     #[arg(long)]
     pub kernels: bool,
+    /// Also trace the persistent kernels: time per phase and per grid barrier.
+    #[arg(long)]
+    pub trace: bool,
     /// Write the results as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -94,6 +97,19 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
     )?;
     println!("model {} on {device}", model.name);
     print!("{}", tts_cuda::bench::stage_table(&rows));
+    let mut trace_json = Vec::new();
+    if a.trace {
+        let traces = tts_cuda::bench::trace_stages(&mut b, &model, &a.batches, a.context)?;
+        print!("{}", tts_cuda::bench::trace_table(&traces));
+        for t in &traces {
+            for p in &t.phases {
+                trace_json.push(serde_json::json!({
+                    "stage": t.stage, "batch": t.batch, "phase": p.phase, "count": p.count,
+                    "work_us": p.work_us, "barrier_us": p.barrier_us,
+                }));
+            }
+        }
+    }
     let json: Vec<_> = rows
         .iter()
         .map(|r| {
@@ -107,7 +123,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         let doc = serde_json::json!({
             "model": model.name, "device": device, "iters": a.iters,
             "codec_frames": a.codec_frames, "context_frames": a.context, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
-            "kernels": kernel_json, "routing": tuning_json,
+            "kernels": kernel_json, "routing": tuning_json, "trace": trace_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
