@@ -464,10 +464,10 @@ __device__ void cpl_layer(const CplArgs& c, GridBarrier& bar, int l, int m0, int
     KV* kc = (KV*)c.k_cache + l * layer_kv;
     KV* vc = (KV*)c.v_cache + l * layer_kv;
     for (int task = blockIdx.x; task < c.heads * rows; task += gridDim.x) {
-        fused_attention_body<KV, true>(task % c.heads, task / c.heads, c.qkv, ldq, rows, tpr, rowmap,
-                                 positions, (const float*)c.layer(l, 5),
-                                 (const float*)c.layer(l, 6), c.eps, c.inv_freq, c.heads,
-                                 c.kvh, c.hd, kc, vc, c.kv_pos, c.attn, qd);
+        fused_attention_body<KV, true>(task % c.heads, task / c.heads, c.qkv, ldq, rows, tpr,
+                                       rowmap, positions, (const float*)c.layer(l, 5),
+                                       (const float*)c.layer(l, 6), c.eps, c.inv_freq, c.heads,
+                                       c.kvh, c.hd, kc, vc, c.kv_pos, c.attn, qd);
     }
     bar.sync();
     // O (+residual)
@@ -518,8 +518,8 @@ __device__ void cp_loop_body(const unsigned long long* __restrict__ a, int b) {
         c.prefetch_end(mh);
         bar.sync();
         for (int r = blockIdx.x; r < b; r += gridDim.x)
-            sample_cp_row<true>(r, c.logits, c.vocab, b, c.slots, c.params, j + 1, c.frames, c.folded,
-                          c.raw, H, c.x, H, *(SampleShared*)cpl_dyn);
+            sample_cp_row<true>(r, c.logits, c.vocab, b, c.slots, c.params, j + 1, c.frames,
+                                c.folded, c.raw, H, c.x, H, *(SampleShared*)cpl_dyn);
         if (j < 14) bar.sync();
     }
     bar.finish();

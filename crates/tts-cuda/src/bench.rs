@@ -82,19 +82,24 @@ fn prepare(
         })
         .collect();
     b.prefill(&rows)?;
-    let pad = b.info().tts_pad_token_id;
+    let steps = pad_steps(b, &slots);
     for _ in 0..context {
         b.predict_codes(&slots)?;
-        let steps: Vec<StepRow> = slots
-            .iter()
-            .map(|&slot| StepRow {
-                slot,
-                text_token: pad,
-            })
-            .collect();
         b.talker_step(&steps)?;
     }
     Ok(slots)
+}
+
+/// One talker-step row per slot, each fed the pad text token.
+fn pad_steps(b: &CudaBackend, slots: &[SlotId]) -> Vec<StepRow> {
+    let pad = b.info().tts_pad_token_id;
+    slots
+        .iter()
+        .map(|&slot| StepRow {
+            slot,
+            text_token: pad,
+        })
+        .collect()
 }
 
 /// Times the talker step, the code-predictor loop and codec decoding of `codec_frames`
@@ -145,7 +150,6 @@ pub fn bench_stages(
     }
     for &n in batches {
         let slots = prepare(b, model, n, context)?;
-        let pad = b.info().tts_pad_token_id;
         // code predictor (the slots hold a fresh code 0 after `prepare`)
         let t = Instant::now();
         b.predict_codes(&slots)?;
@@ -159,13 +163,7 @@ pub fn bench_stages(
             weight_bytes: cp_bytes,
         });
         // talker step
-        let steps: Vec<StepRow> = slots
-            .iter()
-            .map(|&slot| StepRow {
-                slot,
-                text_token: pad,
-            })
-            .collect();
+        let steps = pad_steps(b, &slots);
         let t = Instant::now();
         b.talker_step(&steps)?;
         let api = t.elapsed().as_secs_f64() * 1e3;
@@ -240,15 +238,7 @@ pub fn trace_stages(
                 phases,
             });
         }
-        let pad = b.info().tts_pad_token_id;
-        let steps: Vec<StepRow> = slots
-            .iter()
-            .map(|&slot| StepRow {
-                slot,
-                text_token: pad,
-            })
-            .collect();
-        b.talker_step(&steps)?;
+        b.talker_step(&pad_steps(b, &slots))?;
         if let Some(phases) = b.trace_persistent(true, n)? {
             out.push(StageTrace {
                 stage: "talker_step",
