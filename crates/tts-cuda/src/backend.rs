@@ -148,28 +148,30 @@ impl CudaBackend {
         let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
-        let pick = |stage: &str, rows: usize, built: Result<Result<Persistent, String>, _>| {
-            if rows == 0 {
-                return Ok(None);
+        // Persistent kernels only when asked for (built, they would hold device memory).
+        let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
+            Ok(p) => Some(p.up_to(rows)),
+            Err(why) => {
+                tracing::info!(%why, "{stage} runs launch by launch");
+                None
             }
-            built.map(|b| match b {
-                Ok(p) => Some(p.up_to(rows)),
-                Err(why) => {
-                    tracing::info!(%why, "{stage} runs launch by launch");
-                    None
-                }
-            })
         };
-        let cp_loop = pick(
-            "code predictor",
-            opts.persistent_cp_rows,
-            Persistent::code_predictor(&gpu, &cp, &ws, opts.cp_prefetch),
-        )?;
-        let talker_layers = pick(
-            "talker step",
-            opts.persistent_talker_rows,
-            Persistent::talker(&gpu, &talker, &ws, opts.talker_prefetch),
-        )?;
+        let cp_loop = match opts.persistent_cp_rows {
+            0 => None,
+            rows => adopt(
+                "code predictor",
+                rows,
+                Persistent::code_predictor(&gpu, &cp, &ws, opts.cp_prefetch)?,
+            ),
+        };
+        let talker_layers = match opts.persistent_talker_rows {
+            0 => None,
+            rows => adopt(
+                "talker step",
+                rows,
+                Persistent::talker(&gpu, &talker, &ws, opts.talker_prefetch)?,
+            ),
+        };
         let tuning = if opts.autotune {
             let t0 = std::time::Instant::now();
             let tuned = autotune(&gpu, &tuning_layers(&talker, &cp), &mut ws.scratch, 10)?;

@@ -3,8 +3,9 @@
 //!
 //! Step 0 runs two tokens per row, `[proj(talker hidden), proj(C(code 0))]`, at positions
 //! 0 and 1; steps 1..14 run one token, `proj(E_{j-1}(code j))`, at position j+1. The
-//! cache is per batch row (fresh every frame), so rows index it directly. Small buckets
-//! run the steps as one persistent kernel (`persistent.cu`), larger ones launch by launch.
+//! cache is per batch row (fresh every frame), so rows index it directly. When asked for
+//! (`CudaOptions::persistent_cp_rows`), small buckets run the steps as one persistent
+//! kernel (`persistent.cu`); otherwise launch by launch.
 
 use tts_model::config::NUM_CODE_GROUPS;
 
