@@ -6,10 +6,12 @@
 //
 // Why: launched kernel by kernel a stack costs ~6 launches per layer, each paying a fixed
 // ramp-up and tail larger than its few megabytes of weights take to stream. Here one block
-// per multiprocessor runs every phase, phases meet at a grid barrier (all blocks are
-// resident: the grid is the multiprocessor count and a block needs a whole one), and each
-// block asks L2 for (the start of) its slice of the next weight matrices before it
-// computes, so weights stream while the barrier waits.
+// per multiprocessor runs every phase and phases meet at a grid barrier (all blocks are
+// resident: the grid is the multiprocessor count and a block needs a whole one); a block
+// may ask L2 for (the start of) its slice of later weight matrices ahead (CPA_PREFETCH*).
+// Measured on the H200 (bench/results/2026-12-01-h200-persistent): the barrier costs
+// ~0.9 µs, but a phase is a chain of dependent memory round trips of 5-11 µs at batch 1,
+// so these kernels are slower than launch by launch and the backend leaves them off.
 //
 // Phases of one layer over T tokens (2 per row in the code predictor's step 0, else 1):
 //   QKV (RMSNorm folded) | attention (fused_attention_body per (head, row)) |
@@ -20,8 +22,8 @@
 // block); a block stages its T input rows in shared memory in K chunks (16384 / T columns,
 // rounded to the compiled token count; scaled by the norm gain when there is one: the
 // row's 1/rms multiplies the sums at the end, the same product reassociated), and its
-// warps take (pair, K part) tasks. Partial sums
-// meet in shared memory in a fixed order: results do not depend on the batch.
+// warps take (pair, K part) tasks. Partial sums meet in shared memory in a fixed order:
+// results do not depend on the batch.
 //
 // Arguments: a u64 table (`CPA_*` cells, written by the host once: buffers are fixed) and
 // the row count b. Grid: gridDim.x blocks, all resident; 256 threads; dynamic shared
