@@ -447,6 +447,16 @@ __device__ CplArgs cpl_read_args(const unsigned long long* __restrict__ a, bool 
     return c;
 }
 
+// One linear phase of matrix m (index in the prefetch sequence): the prefetches it is due,
+// the product, then the grid barrier.
+__device__ __forceinline__ void cpl_phase(const CplArgs& c, GridBarrier& bar, int m,
+                                          const CplLinear& L, int T, float* stage) {
+    c.prefetch_start(m);
+    cpl_linear_any(L, T, stage);
+    c.prefetch_end(m);
+    bar.sync();
+}
+
 // Layer l over T tokens in `rows` rows of `tpr` consecutive tokens (x [T][hidden] updated
 // in place); `m0` is the index of its QKV matrix in the prefetch sequence. Ends with a
 // grid barrier.
@@ -456,12 +466,9 @@ __device__ void cpl_layer(const CplArgs& c, GridBarrier& bar, int l, int m0, int
     const int H = c.hidden, qd = c.heads * c.hd, ldq = c.qkv_n(), kvd = c.kvh * c.hd;
     const size_t layer_kv = (size_t)c.kv_rows * c.kv_pos * kvd;
     // QKV
-    c.prefetch_start(m0);
-    CplLinear q = {(const bf16*)c.layer(l, 0), ldq, H, c.x, H,
-                   (const float*)c.layer(l, 4), c.eps, 0, false, c.qkv, ldq, c.prefetch_own};
-    cpl_linear_any(q, T, stage);
-    c.prefetch_end(m0);
-    bar.sync();
+    const CplLinear q = {(const bf16*)c.layer(l, 0), ldq, H, c.x, H, (const float*)c.layer(l, 4),
+                         c.eps, 0, false, c.qkv, ldq, c.prefetch_own};
+    cpl_phase(c, bar, m0, q, T, stage);
     // attention, one (head, row) task at a time
     KV* kc = (KV*)c.k_cache + l * layer_kv;
     KV* vc = (KV*)c.v_cache + l * layer_kv;
@@ -473,25 +480,18 @@ __device__ void cpl_layer(const CplArgs& c, GridBarrier& bar, int l, int m0, int
     }
     bar.sync();
     // O (+residual)
-    c.prefetch_start(m0 + 1);
-    CplLinear o = {(const bf16*)c.layer(l, 1), H, qd, c.attn, qd, nullptr, 0.f, 0, true, c.x, H, c.prefetch_own};
-    cpl_linear_any(o, T, stage);
-    c.prefetch_end(m0 + 1);
-    bar.sync();
+    const CplLinear o = {(const bf16*)c.layer(l, 1), H, qd, c.attn, qd, nullptr, 0.f, 0, true,
+                         c.x, H, c.prefetch_own};
+    cpl_phase(c, bar, m0 + 1, o, T, stage);
     // gate/up (SwiGLU pairs)
-    c.prefetch_start(m0 + 2);
-    CplLinear gu = {(const bf16*)c.layer(l, 2), 2 * c.inter, H, c.x, H,
-                    (const float*)c.layer(l, 7), c.eps, 2, false, c.gu, c.inter, c.prefetch_own};
-    cpl_linear_any(gu, T, stage);
-    c.prefetch_end(m0 + 2);
-    bar.sync();
+    const CplLinear gu = {(const bf16*)c.layer(l, 2), 2 * c.inter, H, c.x, H,
+                          (const float*)c.layer(l, 7), c.eps, 2, false, c.gu, c.inter,
+                          c.prefetch_own};
+    cpl_phase(c, bar, m0 + 2, gu, T, stage);
     // down (+residual)
-    c.prefetch_start(m0 + 3);
-    CplLinear dn = {(const bf16*)c.layer(l, 3), H, c.inter, c.gu, c.inter,
-                    nullptr, 0.f, 0, true, c.x, H, c.prefetch_own};
-    cpl_linear_any(dn, T, stage);
-    c.prefetch_end(m0 + 3);
-    bar.sync();
+    const CplLinear dn = {(const bf16*)c.layer(l, 3), H, c.inter, c.gu, c.inter, nullptr, 0.f,
+                          0, true, c.x, H, c.prefetch_own};
+    cpl_phase(c, bar, m0 + 3, dn, T, stage);
 }
 
 // The code-predictor loop for b rows (<= CPL_MAX_ROWS). Step 0's inputs are in x
@@ -511,14 +511,10 @@ __device__ void cp_loop_body(const unsigned long long* __restrict__ a, int b) {
             cpl_layer<KV>(c, bar, l, j * c.per_step() + 4 * l, T, b, tpr, rowmap, positions,
                           cpl_dyn);
         // the step's head over each row's last token (the second one in step 0)
-        const int mh = j * c.per_step() + 4 * c.layers;
-        c.prefetch_start(mh);
-        CplLinear hd = {c.head(j), c.vocab, H, j == 0 ? c.x + H : c.x, j == 0 ? 2 * H : H,
-                        c.final_norm, c.eps, 0, false, c.logits, c.vocab,
-                        c.prefetch_own};
-        cpl_linear_any(hd, b, cpl_dyn);
-        c.prefetch_end(mh);
-        bar.sync();
+        const CplLinear hd = {c.head(j), c.vocab, H, j == 0 ? c.x + H : c.x,
+                              j == 0 ? 2 * H : H, c.final_norm, c.eps, 0, false, c.logits,
+                              c.vocab, c.prefetch_own};
+        cpl_phase(c, bar, j * c.per_step() + 4 * c.layers, hd, b, cpl_dyn);
         for (int r = blockIdx.x; r < b; r += gridDim.x)
             sample_cp_row<true>(r, c.logits, c.vocab, b, c.slots, c.params, j + 1, c.frames,
                                 c.folded, c.raw, H, c.x, H, *(SampleShared*)cpl_dyn);
