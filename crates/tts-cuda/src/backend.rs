@@ -38,6 +38,9 @@ pub struct CudaOptions {
     pub codec_precision: CodecPrecision,
     /// Most frames one codec pass takes per row (sizes the codec's KV rings).
     pub codec_frames_per_call: usize,
+    /// The codec's GEMMs of at most 8 steps as exact-f32 GEMV launches (on by default;
+    /// off: all on cuBLAS, for comparisons).
+    pub codec_small_gemv: bool,
     /// Time the linear-layer kernels on the model's shapes at start-up and route each
     /// batched shape to the fastest (`routing::autotune`); off (the default, and what the
     /// end-to-end results were measured with): the static rule.
@@ -65,6 +68,7 @@ impl Default for CudaOptions {
             gpu_codec: true,
             codec_precision: CodecPrecision::Tf32,
             codec_frames_per_call: 16,
+            codec_small_gemv: true,
             autotune: false,
             pdl: true,
             persistent_cp_rows: 0,
@@ -200,6 +204,7 @@ impl CudaBackend {
                 opts.codec_frames_per_call,
             )?;
             c.set_precision(opts.codec_precision);
+            c.set_small_gemv(opts.codec_small_gemv);
             Codec::Gpu(Box::new(c))
         } else {
             Codec::Cpu(
@@ -401,6 +406,14 @@ impl CudaBackend {
     }
 
     /// Whether audio is decoded on the GPU.
+    /// The device and the GPU codec (none when audio is decoded on the CPU).
+    pub(crate) fn gpu_codec_mut(&mut self) -> Option<(&Gpu, &mut DevCodec)> {
+        match &mut self.codec {
+            Codec::Gpu(c) => Some((&self.gpu, c)),
+            Codec::Cpu(..) => None,
+        }
+    }
+
     pub fn gpu_codec(&self) -> bool {
         !matches!(self.codec, Codec::Cpu(..))
     }

@@ -22,6 +22,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
     ("codec.cu", include_str!("../kernels/codec.cu")),
+    ("codec_gemv.cu", include_str!("../kernels/codec_gemv.cu")),
     ("persistent.cu", include_str!("../kernels/persistent.cu")),
 ];
 

@@ -240,8 +240,15 @@ fn release_geometry_matches_the_cpu_reference() {
         .collect();
     let want = cpu_decode(&model, &codes);
     let mut codec = dev_codec(&gpu, &model, 2, 8);
-    for p in [CodecPrecision::F32, CodecPrecision::Tf32] {
+    // GEMMs of <= 8 steps on the f32 GEMV (the default) and all on cuBLAS
+    for (p, gemv) in [
+        (CodecPrecision::F32, true),
+        (CodecPrecision::Tf32, true),
+        (CodecPrecision::F32, false),
+        (CodecPrecision::Tf32, false),
+    ] {
         codec.set_precision(p);
+        codec.set_small_gemv(gemv);
         codec.reset_slot(&gpu, 0).expect("reset");
         codec.reset_slot(&gpu, 1).expect("reset");
         let whole = codec
@@ -261,14 +268,20 @@ fn release_geometry_matches_the_cpu_reference() {
         let (m1, r1) = errors(&whole, &want);
         let (m2, r2) = errors(&chunked, &want);
         eprintln!(
-            "random:1.7b [{p:?}]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
+            "random:1.7b [{p:?}, small GEMV {gemv}]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
         );
         let (max_tol, rms_tol) = match p {
             CodecPrecision::F32 => (RELEASE_F32_MAX, RELEASE_F32_RMS),
             CodecPrecision::Tf32 => (RELEASE_TF32_MAX, RELEASE_TF32_RMS),
         };
-        assert!(m1 < max_tol && r1 < rms_tol, "whole [{p:?}]");
-        assert!(m2 < max_tol && r2 < rms_tol, "chunked [{p:?}]");
+        assert!(
+            m1 < max_tol && r1 < rms_tol,
+            "whole [{p:?}, small GEMV {gemv}]"
+        );
+        assert!(
+            m2 < max_tol && r2 < rms_tol,
+            "chunked [{p:?}, small GEMV {gemv}]"
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! A plain-Rust execution of the codec program: every op does what its CUDA kernel does
 //! (same indexing, same history parity and KV ring, same ones columns), and GEMMs are
-//! exact (f64 accumulation) or TF32-rounded. Checked against the CPU reference on the
+//! exact (f64 accumulation) or TF32-rounded, and the GEMMs of few steps fold the norm or
+//! SwiGLU before them as the GPU does (`exec`). Checked against the CPU reference on the
 //! fixture models, it tests the op list, weight re-layout, buffer sizes and stream state
 //! without a GPU; the GPU test then only has to show the kernels match this.
 
@@ -10,7 +11,8 @@ use tts_model::weights::CodecW;
 use tts_model::Frame;
 
 use super::build;
-use super::plan::{Act, Buf, Op, Program, View};
+use super::exec::{gemv_fits, GEMV_MAX_STEPS};
+use super::plan::{fold_into_gemm, Act, Buf, FoldedGemm, Op, Program, Prologue, View};
 use super::state::{self, InputLayout, SlotBook};
 
 pub struct Emu {
@@ -25,6 +27,9 @@ pub struct Emu {
     /// Round GEMM operands to TF32 (10-bit mantissa, nearest, ties away) like the tensor
     /// cores do, to predict the GPU's default error.
     pub tf32: bool,
+    /// As `DevCodec::set_small_gemv`: GEMMs of at most `GEMV_MAX_STEPS` steps exact (no
+    /// TF32 rounding), a norm or SwiGLU folded into the GEMM after it (on by default).
+    pub small_gemv: bool,
 }
 
 fn tf32(v: f32) -> f32 {
@@ -58,6 +63,18 @@ fn erf(x: f32) -> f32 {
                                     + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
             .exp();
     (if x >= 0.0 { y } else { -y }) as f32
+}
+
+/// A GEMM's weights (the rows it reads) and output, for [`Emu::gemm`].
+struct GemmArgs<'a> {
+    w: &'a [f32],
+    ldw: usize,
+    m: usize,
+    k: usize,
+    ldx: usize,
+    c: View,
+    ldc: usize,
+    beta: f32,
 }
 
 struct Meta<'a>(&'a [i32], usize);
@@ -121,6 +138,7 @@ impl Emu {
             frames_cap,
             piece_cap,
             tf32: false,
+            small_gemv: true,
             prog,
         }
     }
@@ -150,6 +168,64 @@ impl Emu {
             state::advance(&mut self.book, &pass);
         }
         out
+    }
+
+    /// `C = X · Wᵀ (+ beta·C)` for `n` rows of `xs`, operands TF32-rounded when asked.
+    fn gemm(&mut self, g: &GemmArgs, xs: &[f32], n: usize, round: bool) {
+        let r = |v: f32| if round { tf32(v) } else { v };
+        let wr: Vec<f32> = g.w.iter().map(|&v| r(v)).collect();
+        let xr: Vec<f32> = xs.iter().map(|&v| r(v)).collect();
+        let cb = self.buf(g.c);
+        for row in 0..n {
+            for o in 0..g.m {
+                let acc: f64 = (0..g.k)
+                    .map(|kk| wr[o * g.ldw + kk] as f64 * xr[row * g.ldx + kk] as f64)
+                    .sum();
+                let dst = &mut cb[row * g.ldc + o];
+                *dst = acc as f32 + if g.beta != 0.0 { g.beta * *dst } else { 0.0 };
+            }
+        }
+    }
+
+    /// A norm or SwiGLU folded into the GEMM after it (`codec_gemv`'s prologue): the
+    /// intermediate rows are formed here and never stored in the folded op's buffer.
+    fn folded_gemm(&mut self, f: &FoldedGemm, w: &[f32], frames: usize) {
+        let k = f.k;
+        let width = match f.pro {
+            Prologue::Norm { .. } => k,
+            Prologue::SwiGlu => 2 * k,
+        };
+        let src = self.read(f.x, (frames - 1) * f.ldx + width);
+        let mut xs = vec![0f32; frames * k];
+        for (fr, out) in xs.chunks_mut(k).enumerate() {
+            let xr = &src[fr * f.ldx..fr * f.ldx + width];
+            match f.pro {
+                Prologue::Norm { w: g } => {
+                    let ms = xr.iter().map(|v| v * v).sum::<f32>() / k as f32;
+                    let inv = 1.0 / (ms + self.prog.eps).sqrt();
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = w[g + i] * (xr[i] * inv);
+                    }
+                }
+                Prologue::SwiGlu => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let a = xr[i];
+                        *o = a / (1.0 + (-a).exp()) * xr[k + i];
+                    }
+                }
+            }
+        }
+        let g = GemmArgs {
+            w: &w[f.w..f.w + (f.m - 1) * f.ldw + k],
+            ldw: f.ldw,
+            m: f.m,
+            k,
+            ldx: k,
+            c: f.c,
+            ldc: f.ldc,
+            beta: f.beta,
+        };
+        self.gemm(&g, &xs, frames, false);
     }
 
     fn buf(&mut self, v: View) -> &mut [f32] {
@@ -234,7 +310,21 @@ impl Emu {
     fn run(&mut self, frames: usize, rows: usize) {
         let ops = self.prog.ops.clone();
         let w = std::mem::take(&mut self.prog.arena.data);
-        for op in &ops {
+        let inter = self.prog.attn.inter;
+        let mut folded = false;
+        for (at, op) in ops.iter().enumerate() {
+            if std::mem::take(&mut folded) {
+                continue;
+            }
+            if self.small_gemv && frames <= GEMV_MAX_STEPS {
+                if let Some(f) = fold_into_gemm(&ops, at, inter) {
+                    if gemv_fits(frames, f.k, f.ldw, f.ldx, f.w, f.x.off) {
+                        self.folded_gemm(&f, &w, frames);
+                        folded = true;
+                        continue;
+                    }
+                }
+            }
             self.op(op, &w, frames, rows);
         }
         self.prog.arena.data = w;
@@ -284,22 +374,18 @@ impl Emu {
             } => {
                 let n = frames * rate;
                 let xs = self.read(x, (n - 1) * ldx + k);
-                let round = |v: f32| if self.tf32 { tf32(v) } else { v };
-                let wr: Vec<f32> = w[wo..wo + (m - 1) * ldw + k]
-                    .iter()
-                    .map(|&v| round(v))
-                    .collect();
-                let xr: Vec<f32> = xs.iter().map(|&v| round(v)).collect();
-                let cb = self.buf(c);
-                for row in 0..n {
-                    for o in 0..m {
-                        let acc: f64 = (0..k)
-                            .map(|kk| wr[o * ldw + kk] as f64 * xr[row * ldx + kk] as f64)
-                            .sum();
-                        let dst = &mut cb[row * ldc + o];
-                        *dst = acc as f32 + if beta != 0.0 { beta * *dst } else { 0.0 };
-                    }
-                }
+                let exact = self.small_gemv && gemv_fits(n, k, ldw, ldx, wo, x.off);
+                let g = GemmArgs {
+                    w: &w[wo..wo + (m - 1) * ldw + k],
+                    ldw,
+                    m,
+                    k,
+                    ldx,
+                    c,
+                    ldc,
+                    beta,
+                };
+                self.gemm(&g, &xs, n, self.tf32 && !exact);
             }
             Op::Im2col {
                 x,
@@ -723,6 +809,27 @@ mod tests {
             e.reset_slot(0);
             let again = e.decode(&[(0, &c.codes[..5])]).remove(0);
             assert!(max_abs(&again, &want[..5 * 1920]) < EXACT_TOL);
+            // Passes of one frame: each layer's two norms and its SwiGLU fold into the
+            // GEMMs after them (the final norm feeds a biased GEMM and stays); and unfolded.
+            let ops = &e.prog.ops;
+            let folds: Vec<FoldedGemm> = (0..ops.len())
+                .filter_map(|i| fold_into_gemm(ops, i, e.prog.attn.inter))
+                .filter(|f| gemv_fits(1, f.k, f.ldw, f.ldx, f.w, f.x.off))
+                .collect();
+            assert_eq!(folds.len(), 3 * 2, "{name}: {folds:?}");
+            for small in [true, false] {
+                e.small_gemv = small;
+                e.reset_slot(2);
+                let mut pcm = Vec::new();
+                for f in 0..6 {
+                    pcm.extend(e.decode(&[(2, &c.codes[f..f + 1])]).remove(0));
+                }
+                let err = max_abs(&pcm, &want[..6 * 1920]);
+                assert!(
+                    err < EXACT_TOL,
+                    "{name}: frame by frame, small GEMV {small}: {err}"
+                );
+            }
         }
     }
 

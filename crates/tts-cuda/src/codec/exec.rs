@@ -3,7 +3,7 @@
 //! here allocates, copies from the host or synchronises, so a pass can be captured in a
 //! CUDA graph.
 
-use super::plan::{Act, Buf, Op, Program, View};
+use super::plan::{fold_into_gemm, Act, Buf, Op, Program, Prologue, View};
 use super::state::InputLayout;
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
@@ -43,6 +43,80 @@ fn i(v: usize) -> Arg {
 
 fn grid(blocks: usize) -> (u32, u32, u32) {
     (blocks.max(1) as u32, 1, 1)
+}
+
+/// How a pass runs its GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmMode {
+    /// cuBLAS arithmetic.
+    pub blas: GemmType,
+    /// GEMMs of at most [`GEMV_MAX_STEPS`] steps (and the norm or SwiGLU before them) as
+    /// one `codec_gemv` launch.
+    pub small_gemv: bool,
+}
+
+/// Most steps (rows) of a pass a GEMM runs as `codec_gemv` (`kernels/codec_gemv.cu`).
+pub const GEMV_MAX_STEPS: usize = 8;
+
+/// Whether `codec_gemv` can take a GEMM: few steps, and the 16-byte alignment of its loads
+/// (K, the leading dimensions and the offsets in floats, multiples of 4).
+pub(super) fn gemv_fits(
+    steps: usize,
+    k: usize,
+    ldw: usize,
+    ldx: usize,
+    w_off: usize,
+    x_off: usize,
+) -> bool {
+    steps <= GEMV_MAX_STEPS && [k, ldw, ldx, w_off, x_off].iter().all(|v| v % 4 == 0)
+}
+
+/// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
+/// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing).
+#[allow(clippy::too_many_arguments)]
+fn codec_gemv(
+    gpu: &Gpu,
+    (w, ldw, n, k): (u64, usize, usize, usize),
+    (x, ldx): (u64, usize),
+    (c, ldc): (u64, usize),
+    steps: usize,
+    beta: f32,
+    (pro, g, eps): (i32, u64, f32),
+) -> Result<(), CudaError> {
+    let name = match steps {
+        0 => return Ok(()),
+        1 => "codec_gemv_m1",
+        2 => "codec_gemv_m2",
+        3 | 4 => "codec_gemv_m4",
+        _ => "codec_gemv_m8",
+    };
+    // Split K over more warps until the layer has about two blocks per multiprocessor.
+    let passes = k.div_ceil(128);
+    let ksplit = [1usize, 2, 4, 8]
+        .into_iter()
+        .find(|&s| s == 8 || s >= passes || n.div_ceil(16 / s) >= 2 * gpu.sm_count as usize)
+        .unwrap_or(8);
+    gpu.launch(
+        name,
+        grid(n.div_ceil(16 / ksplit)),
+        256,
+        &[
+            Arg::P(w),
+            i(ldw),
+            i(n),
+            i(k),
+            Arg::P(x),
+            i(ldx),
+            Arg::P(c),
+            i(ldc),
+            i(steps),
+            Arg::F(beta),
+            i(ksplit),
+            Arg::I(pro),
+            Arg::P(g),
+            Arg::F(eps),
+        ],
+    )
 }
 
 /// Writes the constant ones/zero columns of the GEMM-output buffers (once, at start-up).
@@ -88,13 +162,43 @@ pub fn run(
     layout: &InputLayout,
     frames: usize,
     rows: usize,
-    gemm: GemmType,
+    mode: GemmMode,
 ) -> Result<(), CudaError> {
+    let GemmMode {
+        blas: gemm,
+        small_gemv,
+    } = mode;
     let meta = d.inputs.at(layout.meta());
     let codes = d.inputs.at(layout.codes());
     let (state, stride, cap_rows) = (d.state.ptr, p.state_stride, layout.rows);
     let a = &p.attn;
-    for op in &p.ops {
+    let mut folded = false;
+    for (at, op) in p.ops.iter().enumerate() {
+        if std::mem::take(&mut folded) {
+            continue;
+        }
+        // a few frames: a norm or SwiGLU and the GEMM after it as one GEMV launch
+        if small_gemv && frames <= GEMV_MAX_STEPS {
+            if let Some(f) = fold_into_gemm(&p.ops, at, a.inter) {
+                if gemv_fits(frames, f.k, f.ldw, f.ldx, f.w, f.x.off) {
+                    let g = match f.pro {
+                        Prologue::Norm { w } => d.w(w),
+                        Prologue::SwiGlu => 0,
+                    };
+                    codec_gemv(
+                        gpu,
+                        (d.w(f.w), f.ldw, f.m, f.k),
+                        (d.view(f.x), f.ldx),
+                        (d.view(f.c), f.ldc),
+                        frames,
+                        f.beta,
+                        (f.pro.code(), g, p.eps),
+                    )?;
+                    folded = true;
+                    continue;
+                }
+            }
+        }
         match *op {
             Op::Rvq { tables, out, ld } => gpu.launch(
                 "codec_rvq",
@@ -124,21 +228,25 @@ pub fn run(
                 ldc,
                 rate,
                 beta,
-            } => gpu.gemm(
-                true,
-                false,
-                m,
-                frames * rate,
-                k,
-                d.w(w),
-                ldw,
-                d.view(x),
-                ldx,
-                beta,
-                d.view(c),
-                ldc,
-                gemm,
-            )?,
+            } => {
+                let steps = frames * rate;
+                let (wp, xp, cp) = (d.w(w), d.view(x), d.view(c));
+                if small_gemv && gemv_fits(steps, k, ldw, ldx, w, x.off) {
+                    codec_gemv(
+                        gpu,
+                        (wp, ldw, m, k),
+                        (xp, ldx),
+                        (cp, ldc),
+                        steps,
+                        beta,
+                        (0, 0, 0.0),
+                    )?
+                } else {
+                    gpu.gemm(
+                        true, false, m, steps, k, wp, ldw, xp, ldx, beta, cp, ldc, gemm,
+                    )?
+                }
+            }
             Op::Im2col {
                 x,
                 ldx,

@@ -5,8 +5,9 @@
 //! previous inputs, per-layer KV rings of the sliding-window transformer); the host keeps
 //! each slot's position and history parity. A `decode` call appends frames to each row's
 //! stream: it is split into passes (at most `frames_cap` frames, each slot once), and a
-//! pass is one input copy, 142 launches (kernels of `kernels/codec.cu` + cuBLAS GEMMs with
-//! f32 data, TF32 tensor cores by default), and one copy of the PCM back. All buffers are
+//! pass is one input copy, 142 ops (kernels of `kernels/codec.cu`; GEMMs on cuBLAS with f32
+//! data, TF32 tensor cores by default, or, at most 8 steps, one exact-f32 GEMV launch of
+//! `kernels/codec_gemv.cu`), and one copy of the PCM back. All buffers are
 //! allocated in [`DevCodec::new`], so a pass's launches can be captured in a CUDA graph.
 //!
 //! Files: `layers` (weight re-layout), `plan` (the op list's types), `build` (weights and
@@ -32,7 +33,7 @@ use tts_model::Frame;
 
 use crate::device::{GemmType, Gpu, Graph};
 use crate::error::CudaError;
-use exec::DevBufs;
+use exec::{DevBufs, GemmMode};
 use plan::{Buf, Program};
 use state::{InputLayout, Piece, SlotBook};
 
@@ -47,6 +48,10 @@ pub const KERNELS: &[&str] = &[
     "codec_dw_ln",
     "codec_final",
     "codec_zero",
+    "codec_gemv_m1",
+    "codec_gemv_m2",
+    "codec_gemv_m4",
+    "codec_gemv_m8",
 ];
 
 /// Most frames one pass decodes (all rows together); larger calls run as several passes.
@@ -75,7 +80,9 @@ pub struct DevCodec {
     max_slots: usize,
     frames_cap: usize,
     piece_cap: usize,
-    gemm: GemmType,
+    gemm: GemmMode,
+    /// Shape (frames, rows) of the last pass launched.
+    last_pass: Option<(usize, usize)>,
 }
 
 /// Most pass shapes (frames, rows) kept as captured graphs.
@@ -155,16 +162,28 @@ impl DevCodec {
             max_slots,
             frames_cap,
             piece_cap,
-            gemm: GemmType::F32Tf32,
+            gemm: GemmMode {
+                blas: GemmType::F32Tf32,
+                small_gemv: true,
+            },
+            last_pass: None,
         })
     }
 
     /// Chooses the GEMM arithmetic (TF32 by default).
     pub fn set_precision(&mut self, p: CodecPrecision) {
-        self.gemm = match p {
+        self.gemm.blas = match p {
             CodecPrecision::Tf32 => GemmType::F32Tf32,
             CodecPrecision::F32 => GemmType::F32,
         };
+        self.graphs.clear();
+    }
+
+    /// Runs the GEMMs of few steps (at most 8 per pass: the transformer and the first
+    /// upsampling layers of a pass of 1-2 frames) as one exact-f32 GEMV launch each (on by
+    /// default) instead of a cuBLAS GEMM; off: every GEMM on cuBLAS, for comparisons.
+    pub fn set_small_gemv(&mut self, on: bool) {
+        self.gemm.small_gemv = on;
         self.graphs.clear();
     }
 
@@ -275,6 +294,7 @@ impl DevCodec {
     /// when graphs are on (captured at the shape's first use), else eager.
     fn launch_pass(&mut self, gpu: &Gpu, frames: usize, rows: usize) -> Result<(), CudaError> {
         let key = (frames, rows);
+        self.last_pass = Some(key);
         if self.graphs_on && !self.graphs.contains_key(&key) && self.graphs.len() < MAX_CODEC_GRAPHS
         {
             let g = Graph::capture(gpu, |gpu| self.enqueue_launches(gpu, frames, rows))?;
@@ -283,6 +303,21 @@ impl DevCodec {
         match self.graphs.get(&key) {
             Some(g) if self.graphs_on => g.launch(),
             _ => self.enqueue_launches(gpu, frames, rows),
+        }
+    }
+
+    /// Shape (frames, rows) of the last pass launched.
+    pub fn last_pass(&self) -> Option<(usize, usize)> {
+        self.last_pass
+    }
+
+    /// Launches the last pass again on the inputs still on the device (benchmarks: it
+    /// decodes the same frames from the same stream state, rewriting the same history
+    /// and KV values; the host's stream positions do not move).
+    pub fn replay_last_pass(&mut self, gpu: &Gpu) -> Result<(), CudaError> {
+        match self.last_pass {
+            Some((frames, rows)) => self.launch_pass(gpu, frames, rows),
+            None => Ok(()),
         }
     }
 

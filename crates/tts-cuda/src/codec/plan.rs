@@ -221,3 +221,85 @@ pub struct Program {
     pub half: usize,
     pub latent: usize,
 }
+
+/// The op before a GEMM that a few-step GEMV folds in as its input prologue (`code`: the
+/// kernel's `pro`; 0 is a plain GEMM).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Prologue {
+    /// `codec_rms_norm` with gain `w` (arena offset).
+    Norm { w: usize },
+    /// `codec_swiglu`: the input is gate | up, `k` wide each.
+    SwiGlu,
+}
+
+impl Prologue {
+    pub fn code(self) -> i32 {
+        match self {
+            Prologue::Norm { .. } => 1,
+            Prologue::SwiGlu => 2,
+        }
+    }
+}
+
+/// A GEMM at the frame rate with the op before it folded in (see [`fold_into_gemm`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FoldedGemm {
+    pub pro: Prologue,
+    /// The prologue's input (the folded op's input) and its leading dimension.
+    pub x: View,
+    pub ldx: usize,
+    pub w: usize,
+    pub ldw: usize,
+    pub m: usize,
+    pub k: usize,
+    pub c: View,
+    pub ldc: usize,
+    pub beta: f32,
+}
+
+/// `ops[i]` (an `RmsNorm` or `SwiGlu`) and the frame-rate GEMM right after it that reads
+/// exactly its output, as one GEMM with a prologue. The folded op's output buffer is then
+/// never written: `build` gives each such buffer no other reader (the emulation, which
+/// folds the same pairs, checks that against the CPU reference). An `RmsNorm` that also
+/// writes a ones column (its GEMM has a bias) is not folded.
+pub fn fold_into_gemm(ops: &[Op], i: usize, inter: usize) -> Option<FoldedGemm> {
+    let Some(&Op::Gemm {
+        w,
+        ldw,
+        m,
+        k,
+        x: gx,
+        ldx: _,
+        c,
+        ldc,
+        rate: 1,
+        beta,
+    }) = ops.get(i + 1)
+    else {
+        return None;
+    };
+    let (pro, x, ldx) = match *ops.get(i)? {
+        Op::RmsNorm {
+            x,
+            ldx,
+            c: nc,
+            w: g,
+            out,
+            ..
+        } if out == gx && k == nc => (Prologue::Norm { w: g }, x, ldx),
+        Op::SwiGlu { gu, out } if out == gx && k == inter => (Prologue::SwiGlu, gu, 2 * inter),
+        _ => return None,
+    };
+    Some(FoldedGemm {
+        pro,
+        x,
+        ldx,
+        w,
+        ldw,
+        m,
+        k,
+        c,
+        ldc,
+        beta,
+    })
+}

@@ -1,0 +1,138 @@
+// codec_gemv.cu — the codec's GEMMs of few rows (at most 8 steps in a pass), as one
+// f32 matrix-vector launch instead of a cuBLAS GEMM (and its split-K reduction kernel):
+//
+//   C[s][n] = sum_{k < K} X[s][k] * W[n][k]  (+ C[s][n] when beta != 0),   s < steps
+//
+// Same contract as the codec's `Op::Gemm` (codec.cu's header: a bias rides in W as an extra
+// column against a constant ones column of X). W f32 [N][ldw], X f32 [steps][ldx],
+// C f32 [steps][ldc]; K, ldw and ldx are multiples of 4 and W, X 16-byte aligned.
+// Prologue `pro` (the op before the GEMM folded in, so it needs no launch of its own):
+//   0: x as stored; 1: codec_rms_norm, x = gain ⊙ (x / sqrt(mean(x[0..K)²) + eps));
+//   2: codec_swiglu, x[k] = silu(X[k]) · X[K + k] (X holds gate | up, ldx >= 2K).
+// The products are exact f32 (no TF32 rounding), summed in a fixed order per output, so
+// a step's result does not depend on how many steps the pass has.
+//
+// Grid: 256-thread blocks of 8 warps; a warp owns 2 output rows and, with `ksplit` S
+// (1, 2, 4 or 8), the S-th part of K: the 8 warps form 8/S groups of S warps. Lanes stream
+// 16-byte chunks (4 floats), up to 8 per output row in flight. Blocks: ceil(N / (16 / S)).
+// Steps past `steps` (the template's M is rounded up) read the last step and write nothing.
+
+#define CG_R 2
+#define CG_U 8
+#define CG_WARPS 8
+
+template <int M>
+__device__ __forceinline__ void codec_gemv_body(const float* __restrict__ W, int ldw, int N,
+                                                int K, const float* __restrict__ X, int ldx,
+                                                float* C, int ldc, int steps, float beta,
+                                                int ksplit, int pro,
+                                                const float* __restrict__ gain, float eps) {
+    __shared__ float s_part[CG_WARPS][CG_R * M];
+    __shared__ float s_inv[M];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (pro == 1) {
+        for (int m = warp; m < M; m += CG_WARPS) {
+            const float* xr = X + (size_t)min(m, steps - 1) * ldx;
+            float q = 0.f;
+            for (int k = lane; k < K; k += 32) q += xr[k] * xr[k];
+            q = warp_sum(q);
+            if (lane == 0) s_inv[m] = 1.0f / sqrtf(q / (float)K + eps);
+        }
+        __syncthreads();
+    }
+    const int groups = CG_WARPS / ksplit;
+    const int g = warp / ksplit, part = warp % ksplit;
+    const int n0 = (blockIdx.x * groups + g) * CG_R;
+    // this warp's K slice, in whole 128-float passes of the warp
+    const int passes = (K + 127) / 128;
+    const int per = (passes + ksplit - 1) / ksplit;
+    const int k_begin = part * per * 128, k_end = min(K, (part + 1) * per * 128);
+    float acc[CG_R][M];
+#pragma unroll
+    for (int r = 0; r < CG_R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) acc[r][m] = 0.f;
+    const float* xrow[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) xrow[m] = X + (size_t)min(m, steps - 1) * ldx;
+
+    if (n0 < N) {
+        const float* wrow[CG_R];
+#pragma unroll
+        for (int r = 0; r < CG_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * ldw;
+        for (int kb = k_begin + lane * 4; kb < k_end; kb += 128 * CG_U) {
+            float4 w[CG_U][CG_R];
+#pragma unroll
+            for (int u = 0; u < CG_U; u++) {
+                int idx = kb + u * 128;
+#pragma unroll
+                for (int r = 0; r < CG_R; r++)
+                    w[u][r] = idx < k_end ? __ldg((const float4*)(wrow[r] + idx))
+                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < CG_U; u++) {
+                int idx = kb + u * 128;
+                if (idx >= k_end) break;
+                float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
+                if (pro == 1) gv = *(const float4*)(gain + idx);
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    float4 x = *(const float4*)(xrow[m] + idx);
+                    if (pro == 1) {
+                        const float iv = s_inv[m];
+                        x.x = gv.x * (x.x * iv);
+                        x.y = gv.y * (x.y * iv);
+                        x.z = gv.z * (x.z * iv);
+                        x.w = gv.w * (x.w * iv);
+                    } else if (pro == 2) {
+                        const float4 u = *(const float4*)(xrow[m] + K + idx);
+                        x.x = silu(x.x) * u.x;
+                        x.y = silu(x.y) * u.y;
+                        x.z = silu(x.z) * u.z;
+                        x.w = silu(x.w) * u.w;
+                    }
+#pragma unroll
+                    for (int r = 0; r < CG_R; r++) {
+                        float a = acc[r][m];
+                        a = fmaf(x.x, w[u][r].x, a);
+                        a = fmaf(x.y, w[u][r].y, a);
+                        a = fmaf(x.z, w[u][r].z, a);
+                        a = fmaf(x.w, w[u][r].w, a);
+                        acc[r][m] = a;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CG_R; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float v = warp_sum(acc[r][m]);
+            if (lane == 0) s_part[warp][r * M + m] = v;
+        }
+    __syncthreads();
+    // the group's first warp combines its S partials; lane l writes output (l / M, l % M)
+    if (part != 0 || n0 >= N || lane >= CG_R * M) return;
+    const int r = lane / M, m = lane % M;
+    const int n = n0 + r;
+    if (m >= steps || n >= N) return;
+    float v = 0.f;
+    for (int p = 0; p < ksplit; p++) v += s_part[warp + p][lane];
+    float* c = C + (size_t)m * ldc + n;
+    *c = beta != 0.f ? v + beta * *c : v;
+}
+
+#define CODEC_GEMV_ENTRY(MM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256) codec_gemv_m##MM(                        \
+        const float* __restrict__ W, int ldw, int N, int K, const float* __restrict__ X,        \
+        int ldx, float* C, int ldc, int steps, float beta, int ksplit, int pro,                 \
+        const float* __restrict__ g, float eps) {                                               \
+        codec_gemv_body<MM>(W, ldw, N, K, X, ldx, C, ldc, steps, beta, ksplit, pro, g, eps);    \
+    }
+
+CODEC_GEMV_ENTRY(1)
+CODEC_GEMV_ENTRY(2)
+CODEC_GEMV_ENTRY(4)
+CODEC_GEMV_ENTRY(8)
