@@ -19,6 +19,7 @@ for v in ${VARIANTS:-base:}; do
     # shellcheck disable=SC2086
     env ${knobs//+/ } timeout "${STAGE_TIMEOUT:-150}" $D/qwen3-tts bench-stages \
         --batches "${BATCHES:-1,2,4,8,16}" --iters "${ITERS:-20}" --context "${CONTEXT:-8}" \
+        --codec-frames "${CODEC_FRAMES:-2}" \
         ${TRACE:+--trace} --out "$OUT/stages_$name.json" > "$OUT/stages_$name.txt" 2>&1
     echo "variant $name ($knobs) rc $?"
     grep -E "^(prefill|code_predictor|talker_step|codec_decode) " "$OUT/stages_$name.txt" | head -60
