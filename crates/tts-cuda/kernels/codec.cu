@@ -110,6 +110,7 @@ extern "C" __global__ void codec_rvq(const int* __restrict__ codes, const int* _
 // before the row's first step; then the ones/zero columns up to ldcol. A causal transposed
 // conv (kernel g·r, stride r) is the same with k = g, d = 1. hist_off < 0: no history
 // (ctx must be 0). Grid: steps + nrows*ctx blocks (the latter update the history).
+#define IM2COL_U 4
 extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, int cin, int taps,
                                         int dil, int rate, int act,
                                         const float* __restrict__ alpha,
@@ -138,11 +139,24 @@ extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, in
         hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
                (size_t)meta.parity(row) * ctx * cin;
     }
-    for (int j = 0; j < taps; ++j) {
-        const float* p = codec_src(x, ldx, s, ls, (taps - 1 - j) * dil, hist, ctx, cin);
-        float* o = out + j * cin;
-        for (int i = threadIdx.x; i < cin; i += blockDim.x)
-            o[i] = codec_act(p[i], act, alpha, inv_beta, i);
+    // IM2COL_U taps at a time, so that many loads are in flight per thread
+    for (int j0 = 0; j0 < taps; j0 += IM2COL_U) {
+        const float* p[IM2COL_U];
+#pragma unroll
+        for (int u = 0; u < IM2COL_U; u++)
+            p[u] = j0 + u < taps
+                       ? codec_src(x, ldx, s, ls, (taps - 1 - j0 - u) * dil, hist, ctx, cin)
+                       : nullptr;
+        float* o = out + j0 * cin;
+        for (int i = threadIdx.x; i < cin; i += blockDim.x) {
+            float v[IM2COL_U];
+#pragma unroll
+            for (int u = 0; u < IM2COL_U; u++)
+                if (p[u]) v[u] = p[u][i];
+#pragma unroll
+            for (int u = 0; u < IM2COL_U; u++)
+                if (p[u]) o[u * cin + i] = codec_act(v[u], act, alpha, inv_beta, i);
+        }
     }
     for (int c = K + threadIdx.x; c < ldcol; c += blockDim.x) out[c] = c == K ? 1.f : 0.f;
 }
@@ -273,6 +287,7 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
 // bias [c]) over history + new input, then LayerNorm (biased variance, eps) with affine
 // (ln_w, ln_b); writes out[s][0..c) and the ones/zero columns up to ldo. c <= 4096.
 // Grid: steps + nrows*(k-1) blocks (the latter update the history).
+#define DW_TAPS 8
 extern "C" __global__ void codec_dw_ln(const float* __restrict__ x, int ldx, int c,
                                        const float* __restrict__ taps,
                                        const float* __restrict__ bias, int k,
@@ -300,13 +315,23 @@ extern "C" __global__ void codec_dw_ln(const float* __restrict__ x, int ldx, int
     int ls = (int)(s - (size_t)meta.first(row) * rate);
     const float* hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
                         (size_t)meta.parity(row) * ctx * c;
+    // the first DW_TAPS taps' loads are all issued before they are used
     float sum = 0.f;
     for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
-        float v = bias[ch];
-        for (int j = 0; j < k; ++j) {
-            const float* p = codec_src(x, ldx, s, ls, k - 1 - j, hist, ctx, c);
-            v += p[ch] * taps[(size_t)j * c + ch];
+        float in[DW_TAPS], tw[DW_TAPS];
+#pragma unroll
+        for (int j = 0; j < DW_TAPS; ++j) {
+            if (j < k) {
+                in[j] = codec_src(x, ldx, s, ls, k - 1 - j, hist, ctx, c)[ch];
+                tw[j] = taps[(size_t)j * c + ch];
+            }
         }
+        float v = bias[ch];
+#pragma unroll
+        for (int j = 0; j < DW_TAPS; ++j)
+            if (j < k) v += in[j] * tw[j];
+        for (int j = DW_TAPS; j < k; ++j)
+            v += codec_src(x, ldx, s, ls, k - 1 - j, hist, ctx, c)[ch] * taps[(size_t)j * c + ch];
         buf[ch] = v;
         sum += v;
     }

@@ -90,11 +90,15 @@ fn codec_gemv(
         3 | 4 => "codec_gemv_m4",
         _ => "codec_gemv_m8",
     };
-    // Split K over more warps until the layer has about two blocks per multiprocessor.
+    // Split K over more warps until the layer has about two blocks per multiprocessor, or
+    // four for long rows (two are resident at a time: the large decoder matrices would
+    // leave a ragged last wave; measured on the H200, bench/results/2026-12-01-h200-codec).
     let passes = k.div_ceil(128);
+    let per_sm = if passes >= 16 { 4 } else { 2 };
+    let want = per_sm * gpu.sm_count as usize;
     let ksplit = [1usize, 2, 4, 8]
         .into_iter()
-        .find(|&s| s == 8 || s >= passes || n.div_ceil(16 / s) >= 2 * gpu.sm_count as usize)
+        .find(|&s| s == 8 || s >= passes || n.div_ceil(16 / s) >= want)
         .unwrap_or(8);
     gpu.launch(
         name,
