@@ -81,6 +81,7 @@ __device__ void codec_hist_update(int hb, const float* x, int ldx, int cin, int 
 // RVQ lookups, one block per frame: z[f] = (cb_0[c_0], Σ_{q=1..nq-1} cb_q[c_q]) where
 // tables = f32 [nq][bins][half] (embedding_sum / max(usage, 1e-5)) and codes int32
 // [frames][nq]. The 1x1 output projections follow as one GEMM over z's 2*half columns.
+#define RVQ_MAXQ 16
 extern "C" __global__ void codec_rvq(const int* __restrict__ codes, const int* __restrict__ meta_p,
                                      int R, const float* __restrict__ tables, int bins, int half,
                                      int nq, float* z, int ld, int frames) {
@@ -92,15 +93,24 @@ extern "C" __global__ void codec_rvq(const int* __restrict__ codes, const int* _
         for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) out[i] = 0.f;
         return;
     }
+    // the frame's codes first (at most RVQ_MAXQ; more are read one by one), then every
+    // table row's load is issued before the sum, which keeps the order q = 1, 2, ...
     const int* c = codes + (size_t)f * nq;
+    int cq[RVQ_MAXQ];
+#pragma unroll
+    for (int q = 0; q < RVQ_MAXQ; ++q) cq[q] = q < nq ? min(max(c[q], 0), bins - 1) : 0;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        int c0 = min(max(c[0], 0), bins - 1);
-        out[i] = tables[(size_t)c0 * half + i];
+        float t[RVQ_MAXQ];
+#pragma unroll
+        for (int q = 0; q < RVQ_MAXQ; ++q)
+            if (q < nq) t[q] = tables[((size_t)q * bins + cq[q]) * half + i];
+        out[i] = t[0];
         float s = 0.f;
-        for (int q = 1; q < nq; ++q) {
-            int cq = min(max(c[q], 0), bins - 1);
-            s += tables[((size_t)q * bins + cq) * half + i];
-        }
+#pragma unroll
+        for (int q = 1; q < RVQ_MAXQ; ++q)
+            if (q < nq) s += t[q];
+        for (int q = RVQ_MAXQ; q < nq; ++q)
+            s += tables[((size_t)q * bins + min(max(c[q], 0), bins - 1)) * half + i];
         out[half + i] = s;
     }
 }
@@ -273,6 +283,8 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
     sum = block_sum(sum, scratch);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float acc = 0.f;
+        // unrolled so that several value loads are in flight (the sum keeps its order)
+#pragma unroll 8
         for (int kk = 0; kk < n; ++kk) {
             int kp = lo + kk;
             float v = kp < pos0 ? vc[(size_t)(kp % ring) * kvd + g * hd + i]

@@ -303,3 +303,86 @@ pub fn fold_into_gemm(ops: &[Op], i: usize, inter: usize) -> Option<FoldedGemm> 
         beta,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(buf: Buf) -> View {
+        View { buf, off: 0 }
+    }
+
+    fn gemm(x: Buf, k: usize, rate: usize) -> Op {
+        Op::Gemm {
+            w: 64,
+            ldw: k,
+            m: 32,
+            k,
+            x: at(x),
+            ldx: k,
+            c: at(Buf::H),
+            ldc: 32,
+            rate,
+            beta: 1.0,
+        }
+    }
+
+    fn norm(out: Buf, c: usize, ldo: usize) -> Op {
+        Op::RmsNorm {
+            x: at(Buf::H),
+            ldx: c,
+            c,
+            w: 128,
+            out: at(out),
+            ldo,
+        }
+    }
+
+    #[test]
+    fn a_norm_or_swiglu_folds_into_the_frame_rate_gemm_reading_it() {
+        let ops = [norm(Buf::Hn, 16, 16), gemm(Buf::Hn, 16, 1)];
+        let f = fold_into_gemm(&ops, 0, 8).expect("norm -> gemm");
+        assert_eq!(f.pro, Prologue::Norm { w: 128 });
+        assert_eq!(
+            (f.x, f.ldx, f.k, f.m, f.beta),
+            (at(Buf::H), 16, 16, 32, 1.0)
+        );
+        let ops = [
+            Op::SwiGlu {
+                gu: at(Buf::Gu),
+                out: at(Buf::Sw),
+            },
+            gemm(Buf::Sw, 8, 1),
+        ];
+        let f = fold_into_gemm(&ops, 0, 8).expect("swiglu -> gemm");
+        assert_eq!((f.pro, f.x, f.ldx), (Prologue::SwiGlu, at(Buf::Gu), 16));
+        // the GEMM itself, or the last op, starts nothing
+        assert!(fold_into_gemm(&ops, 1, 8).is_none());
+        assert!(fold_into_gemm(&ops, 2, 8).is_none());
+    }
+
+    #[test]
+    fn nothing_folds_that_would_change_the_gemm_input() {
+        // the norm also writes the ones column of a biased GEMM (k = c + pad)
+        assert!(fold_into_gemm(&[norm(Buf::Hn, 16, 20), gemm(Buf::Hn, 20, 1)], 0, 8).is_none());
+        // the GEMM reads another buffer
+        assert!(fold_into_gemm(&[norm(Buf::Hn, 16, 16), gemm(Buf::P, 16, 1)], 0, 8).is_none());
+        // not at the frame rate
+        assert!(fold_into_gemm(&[norm(Buf::Hn, 16, 16), gemm(Buf::Hn, 16, 2)], 0, 8).is_none());
+        // a SwiGLU whose width is not the GEMM's K
+        let sw = Op::SwiGlu {
+            gu: at(Buf::Gu),
+            out: at(Buf::Sw),
+        };
+        assert!(fold_into_gemm(&[sw, gemm(Buf::Sw, 8, 1)], 0, 4).is_none());
+        // other ops before a GEMM
+        let pad = Op::ActPad {
+            x: at(Buf::E),
+            ld: 16,
+            c: 15,
+            rate: 1,
+            act: Act::Gelu,
+        };
+        assert!(fold_into_gemm(&[pad, gemm(Buf::E, 16, 1)], 0, 8).is_none());
+    }
+}
