@@ -73,7 +73,6 @@ pub(super) fn gemv_fits(
 
 /// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
 /// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing).
-#[allow(clippy::too_many_arguments)]
 fn codec_gemv(
     gpu: &Gpu,
     (w, ldw, n, k): (u64, usize, usize, usize),
