@@ -1,8 +1,9 @@
 // codec.cu — the 12 Hz codec decoder, incremental and batched over streams (slots).
 //
-// Everything around cuBLAS: convolutions are an im2col kernel (reading the slot's history
+// Everything around the GEMMs: convolutions are an im2col kernel (reading the slot's history
 // and the new input, applying the preceding SnakeBeta / GELU on the fly) followed by one
-// f32/TF32 GEMM; biases ride in the GEMM as an extra "ones" column (see below).
+// f32/TF32 cuBLAS GEMM, or, for at most 8 steps, one `codec_gemv` launch (codec_gemv.cu);
+// biases ride in the GEMM as an extra "ones" column (see below).
 //
 // Layouts (all f32, time-major): an activation is [steps][ld] with `ld >= channels`.
 //   A GEMM input with a bias has ld = Kp = roundup(K + 1, 4): column K is 1.0 and
