@@ -1,9 +1,10 @@
 //! A plain-Rust execution of the codec program: every op does what its CUDA kernel does
 //! (same indexing, same history parity and KV ring, same ones columns), and GEMMs are
-//! exact (f64 accumulation) or TF32-rounded, and the GEMMs of few steps fold the norm or
-//! SwiGLU before them as the GPU does (`exec`). Checked against the CPU reference on the
-//! fixture models, it tests the op list, weight re-layout, buffer sizes and stream state
-//! without a GPU; the GPU test then only has to show the kernels match this.
+//! exact (f64 accumulation) or with TF32 / bf16-weight rounding, and the GEMMs of few
+//! steps fold the norm or SwiGLU before them as the GPU does (`exec`). Checked against the
+//! CPU reference on the fixture models, it tests the op list, weight re-layout, buffer
+//! sizes and stream state without a GPU; the GPU test then only has to show the kernels
+//! match this.
 
 use tts_model::checkpoint::HostTensor;
 use tts_model::config::CodecConfig;
@@ -24,12 +25,30 @@ pub struct Emu {
     book: SlotBook,
     frames_cap: usize,
     piece_cap: usize,
-    /// Round GEMM operands to TF32 (10-bit mantissa, nearest, ties away) like the tensor
-    /// cores do, to predict the GPU's default error.
-    pub tf32: bool,
+    /// How GEMM operands are rounded (exact by default).
+    pub rounding: Rounding,
     /// As `DevCodec::set_small_gemv`: GEMMs of at most `GEMV_MAX_STEPS` steps exact (no
     /// TF32 rounding), a norm or SwiGLU folded into the GEMM after it (on by default).
     pub small_gemv: bool,
+}
+
+/// GEMM operand rounding of the emulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    /// f32 operands, f64 sums.
+    Exact,
+    /// Both operands to TF32 (10-bit mantissa, nearest, ties away) like the tensor cores,
+    /// to predict the GPU's default error (GEMMs the GPU runs as `codec_gemv` stay exact).
+    Tf32,
+    /// The weights to bf16 (nearest even), inputs f32: what bf16 codec weights would cost.
+    Bf16Weights,
+}
+
+/// One operand's rounding.
+type RoundFn = fn(f32) -> f32;
+
+fn bf16(v: f32) -> f32 {
+    half::bf16::from_f32(v).to_f32()
 }
 
 fn tf32(v: f32) -> f32 {
@@ -137,7 +156,7 @@ impl Emu {
             book: SlotBook::new(max_slots),
             frames_cap,
             piece_cap,
-            tf32: false,
+            rounding: Rounding::Exact,
             small_gemv: true,
             prog,
         }
@@ -170,11 +189,15 @@ impl Emu {
         out
     }
 
-    /// `C = X · Wᵀ (+ beta·C)` for `n` rows of `xs`, operands TF32-rounded when asked.
-    fn gemm(&mut self, g: &GemmArgs, xs: &[f32], n: usize, round: bool) {
-        let r = |v: f32| if round { tf32(v) } else { v };
-        let wr: Vec<f32> = g.w.iter().map(|&v| r(v)).collect();
-        let xr: Vec<f32> = xs.iter().map(|&v| r(v)).collect();
+    /// `C = X · Wᵀ (+ beta·C)` for `n` rows of `xs`, operands rounded as asked.
+    fn gemm(&mut self, g: &GemmArgs, xs: &[f32], n: usize, round: Rounding) {
+        let (rw, rx): (RoundFn, RoundFn) = match round {
+            Rounding::Exact => (|v| v, |v| v),
+            Rounding::Tf32 => (tf32, tf32),
+            Rounding::Bf16Weights => (bf16, |v| v),
+        };
+        let wr: Vec<f32> = g.w.iter().map(|&v| rw(v)).collect();
+        let xr: Vec<f32> = xs.iter().map(|&v| rx(v)).collect();
         let cb = self.buf(g.c);
         for row in 0..n {
             for o in 0..g.m {
@@ -225,7 +248,11 @@ impl Emu {
             ldc: f.ldc,
             beta: f.beta,
         };
-        self.gemm(&g, &xs, frames, false);
+        let round = match self.rounding {
+            Rounding::Tf32 => Rounding::Exact,
+            r => r,
+        };
+        self.gemm(&g, &xs, frames, round);
     }
 
     fn buf(&mut self, v: View) -> &mut [f32] {
@@ -385,7 +412,11 @@ impl Emu {
                     ldc,
                     beta,
                 };
-                self.gemm(&g, &xs, n, self.tf32 && !exact);
+                let round = match self.rounding {
+                    Rounding::Tf32 if exact => Rounding::Exact,
+                    r => r,
+                };
+                self.gemm(&g, &xs, n, round);
             }
             Op::Im2col {
                 x,
@@ -852,23 +883,30 @@ mod tests {
     /// (relative 2^-11) give max abs 4.1e-2, rms 5.5e-3 against a signal rms of 0.24
     /// (with truncation instead of rounding: 8.8e-2 / 1.4e-2).
     #[test]
-    fn emulated_tf32_error_on_the_fixture() {
+    fn emulated_rounding_error_on_the_fixture() {
         let c = case("codec_long_w72");
         let want = cpu_decode(&c.model, &c.codes);
-        let mut e = emu(&c.model, 1, 8);
-        e.tf32 = true;
-        let got = e.decode(&[(0, &c.codes)]).remove(0);
-        let (max, rms, sig) = errors(&got, &want);
-        eprintln!(
-            "fixture, TF32-rounded GEMMs: max abs {max:.2e}, rms {rms:.2e} (signal rms {sig:.2e})"
-        );
-        assert!(
-            max < 0.15 && rms < 2e-2,
-            "TF32 emulation error {max} / {rms}"
-        );
+        let mut err = Vec::new();
+        for r in [Rounding::Tf32, Rounding::Bf16Weights] {
+            let mut e = emu(&c.model, 1, 8);
+            e.rounding = r;
+            let got = e.decode(&[(0, &c.codes)]).remove(0);
+            let (max, rms, sig) = errors(&got, &want);
+            eprintln!(
+                "fixture, {r:?} GEMMs: max abs {max:.2e}, rms {rms:.2e} (signal rms {sig:.2e})"
+            );
+            // the GPU test's TF32 bounds (gpu_codec.rs) hold for both roundings
+            assert!(
+                max < 0.15 && rms < 2e-2,
+                "{r:?} emulation error {max} / {rms}"
+            );
+            err.push(rms);
+        }
+        // bf16 weights (7-bit mantissa) cost more than TF32 operands (10-bit)
+        assert!(err[1] > err[0], "bf16 {} vs TF32 {}", err[1], err[0]);
     }
 
-    /// The release geometry (random weights), a few frames: exact and TF32 emulation vs
+    /// The release geometry (random weights), a few frames: exact, TF32 and bf16-weight emulation vs
     /// the CPU reference. Slow in debug builds (about 10 GFLOP on the host).
     #[test]
     #[ignore = "slow: full-size codec on the CPU"]
@@ -878,13 +916,13 @@ mod tests {
             .map(|f| std::array::from_fn(|q| (f * 331 + q as u32 * 97) % 2048))
             .collect();
         let want = cpu_decode(&model, &codes);
-        for tf in [false, true] {
+        for r in [Rounding::Exact, Rounding::Tf32, Rounding::Bf16Weights] {
             let mut e = emu(&model, 1, 2);
-            e.tf32 = tf;
+            e.rounding = r;
             let got = e.decode(&[(0, &codes)]).remove(0);
             let (max, rms, sig) = errors(&got, &want);
             let clipped = want.iter().filter(|v| v.abs() >= 1.0).count();
-            eprintln!("release geometry, tf32 {tf}: max abs {max:.2e}, rms {rms:.2e} (signal rms {sig:.2e}, {clipped} of {} samples clipped)", want.len());
+            eprintln!("release geometry, {r:?}: max abs {max:.2e}, rms {rms:.2e} (signal rms {sig:.2e}, {clipped} of {} samples clipped)", want.len());
         }
     }
 }
