@@ -293,9 +293,12 @@ async fn a_flood_beyond_the_queue_gets_429_and_nothing_leaks() {
         .speech(json!({"input": "I waited my turn.", "response_format": "pcm"}))
         .await;
     assert_eq!(queued.status(), 200);
-    let m = t.metrics().await;
-    assert_eq!(metric(&m, "tts_active_requests"), Some(1.0));
-    assert_eq!(metric(&m, "tts_queue_depth"), Some(1.0));
+    // The engine thread sets these gauges when it next wakes (the submission wakes it).
+    eventually("one request holds the slot and one waits", || async {
+        let m = t.metrics().await;
+        metric(&m, "tts_active_requests") == Some(1.0) && metric(&m, "tts_queue_depth") == Some(1.0)
+    })
+    .await;
 
     // 3. Everything beyond is refused at once with 429 and Retry-After.
     let mut flood = Vec::new();
