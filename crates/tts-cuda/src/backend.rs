@@ -405,7 +405,6 @@ impl CudaBackend {
         }
     }
 
-    /// Whether audio is decoded on the GPU.
     /// The device and the GPU codec (none when audio is decoded on the CPU).
     pub(crate) fn gpu_codec_mut(&mut self) -> Option<(&Gpu, &mut DevCodec)> {
         match &mut self.codec {
@@ -414,6 +413,7 @@ impl CudaBackend {
         }
     }
 
+    /// Whether audio is decoded on the GPU.
     pub fn gpu_codec(&self) -> bool {
         !matches!(self.codec, Codec::Cpu(..))
     }
