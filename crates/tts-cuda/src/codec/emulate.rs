@@ -12,8 +12,8 @@ use tts_model::weights::CodecW;
 use tts_model::Frame;
 
 use super::build;
-use super::exec::{gemv_fits, GEMV_MAX_STEPS};
-use super::plan::{fold_into_gemm, Act, Buf, FoldedGemm, Op, Program, Prologue, View};
+use super::exec::{fold_at, gemv_fits};
+use super::plan::{Act, Buf, FoldedGemm, Op, Program, Prologue, View};
 use super::state::{self, InputLayout, SlotBook};
 
 pub struct Emu {
@@ -82,6 +82,17 @@ fn erf(x: f32) -> f32 {
                                     + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
             .exp();
     (if x >= 0.0 { y } else { -y }) as f32
+}
+
+/// `1 / sqrt(mean(x²) + eps)`, as `codec_rms_norm` (and the folded norm of `codec_gemv`).
+fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    1.0 / (ms + eps).sqrt()
+}
+
+/// `silu(gate) · up`, as `codec_swiglu` (and the folded SwiGLU of `codec_gemv`).
+fn swiglu(gate: f32, up: f32) -> f32 {
+    gate / (1.0 + (-gate).exp()) * up
 }
 
 /// A GEMM's weights (the rows it reads) and output, for [`Emu::gemm`].
@@ -224,16 +235,14 @@ impl Emu {
             let xr = &src[fr * f.ldx..fr * f.ldx + width];
             match f.pro {
                 Prologue::Norm { w: g } => {
-                    let ms = xr.iter().map(|v| v * v).sum::<f32>() / k as f32;
-                    let inv = 1.0 / (ms + self.prog.eps).sqrt();
+                    let inv = inv_rms(xr, self.prog.eps);
                     for (i, o) in out.iter_mut().enumerate() {
                         *o = w[g + i] * (xr[i] * inv);
                     }
                 }
                 Prologue::SwiGlu => {
                     for (i, o) in out.iter_mut().enumerate() {
-                        let a = xr[i];
-                        *o = a / (1.0 + (-a).exp()) * xr[k + i];
+                        *o = swiglu(xr[i], xr[k + i]);
                     }
                 }
             }
@@ -343,14 +352,10 @@ impl Emu {
             if std::mem::take(&mut folded) {
                 continue;
             }
-            if self.small_gemv && frames <= GEMV_MAX_STEPS {
-                if let Some(f) = fold_into_gemm(&ops, at, inter) {
-                    if gemv_fits(frames, f.k, f.ldw, f.ldx, f.w, f.x.off) {
-                        self.folded_gemm(&f, &w, frames);
-                        folded = true;
-                        continue;
-                    }
-                }
+            if let Some(f) = fold_at(&ops, at, inter, frames, self.small_gemv) {
+                self.folded_gemm(&f, &w, frames);
+                folded = true;
+                continue;
             }
             self.op(op, &w, frames, rows);
         }
@@ -496,8 +501,7 @@ impl Emu {
                 let o = self.buf(out);
                 for f in 0..frames {
                     let xr = &xs[f * ldx..f * ldx + c];
-                    let ms = xr.iter().map(|v| v * v).sum::<f32>() / c as f32;
-                    let inv = 1.0 / (ms + eps).sqrt();
+                    let inv = inv_rms(xr, eps);
                     for i in 0..ldo {
                         o[f * ldo + i] = if i < c {
                             w[g + i] * (xr[i] * inv)
@@ -515,8 +519,8 @@ impl Emu {
                 let o = self.buf(out);
                 for f in 0..frames {
                     for i in 0..inter {
-                        let a = g[f * 2 * inter + i];
-                        o[f * inter + i] = a / (1.0 + (-a).exp()) * g[f * 2 * inter + inter + i];
+                        o[f * inter + i] =
+                            swiglu(g[f * 2 * inter + i], g[f * 2 * inter + inter + i]);
                     }
                 }
             }
@@ -844,8 +848,7 @@ mod tests {
             // GEMMs after them (the final norm feeds a biased GEMM and stays); and unfolded.
             let ops = &e.prog.ops;
             let folds: Vec<FoldedGemm> = (0..ops.len())
-                .filter_map(|i| fold_into_gemm(ops, i, e.prog.attn.inter))
-                .filter(|f| gemv_fits(1, f.k, f.ldw, f.ldx, f.w, f.x.off))
+                .filter_map(|i| fold_at(ops, i, e.prog.attn.inter, 1, true))
                 .collect();
             assert_eq!(folds.len(), 3 * 2, "{name}: {folds:?}");
             for small in [true, false] {

@@ -3,7 +3,7 @@
 //! here allocates, copies from the host or synchronises, so a pass can be captured in a
 //! CUDA graph.
 
-use super::plan::{fold_into_gemm, Act, Buf, Op, Program, Prologue, View};
+use super::plan::{fold_into_gemm, Act, Buf, FoldedGemm, Op, Program, Prologue, View};
 use super::state::InputLayout;
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
@@ -69,6 +69,21 @@ pub(super) fn gemv_fits(
     x_off: usize,
 ) -> bool {
     steps <= GEMV_MAX_STEPS && [k, ldw, ldx, w_off, x_off].iter().all(|v| v % 4 == 0)
+}
+
+/// The GEMM with a folded prologue that `ops[at]` starts in a pass of `frames` frames, when
+/// the few-step GEMV path is on and can take it (the GPU and the emulation fold alike).
+pub(super) fn fold_at(
+    ops: &[Op],
+    at: usize,
+    inter: usize,
+    frames: usize,
+    small_gemv: bool,
+) -> Option<FoldedGemm> {
+    if !small_gemv || frames > GEMV_MAX_STEPS {
+        return None;
+    }
+    fold_into_gemm(ops, at, inter).filter(|f| gemv_fits(frames, f.k, f.ldw, f.ldx, f.w, f.x.off))
 }
 
 /// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
@@ -181,26 +196,22 @@ pub fn run(
             continue;
         }
         // a few frames: a norm or SwiGLU and the GEMM after it as one GEMV launch
-        if small_gemv && frames <= GEMV_MAX_STEPS {
-            if let Some(f) = fold_into_gemm(&p.ops, at, a.inter) {
-                if gemv_fits(frames, f.k, f.ldw, f.ldx, f.w, f.x.off) {
-                    let g = match f.pro {
-                        Prologue::Norm { w } => d.w(w),
-                        Prologue::SwiGlu => 0,
-                    };
-                    codec_gemv(
-                        gpu,
-                        (d.w(f.w), f.ldw, f.m, f.k),
-                        (d.view(f.x), f.ldx),
-                        (d.view(f.c), f.ldc),
-                        frames,
-                        f.beta,
-                        (f.pro.code(), g, p.eps),
-                    )?;
-                    folded = true;
-                    continue;
-                }
-            }
+        if let Some(f) = fold_at(&p.ops, at, a.inter, frames, small_gemv) {
+            let g = match f.pro {
+                Prologue::Norm { w } => d.w(w),
+                Prologue::SwiGlu => 0,
+            };
+            codec_gemv(
+                gpu,
+                (d.w(f.w), f.ldw, f.m, f.k),
+                (d.view(f.x), f.ldx),
+                (d.view(f.c), f.ldc),
+                frames,
+                f.beta,
+                (f.pro.code(), g, p.eps),
+            )?;
+            folded = true;
+            continue;
         }
         match *op {
             Op::Rvq { tables, out, ld } => gpu.launch(
