@@ -47,6 +47,10 @@ pub struct CudaOptions {
     pub autotune: bool,
     /// Launch the decoding kernels with programmatic dependent launch (sm_90 and newer).
     pub pdl: bool,
+    /// Run the batched linear layers (5..=64 rows) on the thread-block-cluster kernel
+    /// (`mma_cluster.cu`, one launch each) where the device and the shape allow (sm_90);
+    /// off: `to_bf16_rows` + `mma.cu` or cuBLAS, as before.
+    pub cluster_linear: bool,
     /// Run the code-predictor loop of buckets of up to this many rows as one persistent
     /// kernel (`persistent.cu`) when the model's shapes fit it (0: never, the default: on
     /// the H200 it measured slower than launch by launch; at most
@@ -71,6 +75,7 @@ impl Default for CudaOptions {
             codec_small_gemv: true,
             autotune: false,
             pdl: true,
+            cluster_linear: true,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
             cp_prefetch: Prefetch::CODE_PREDICTOR,
@@ -152,6 +157,7 @@ impl CudaBackend {
         let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
+        ws.scratch.paths.cluster &= opts.cluster_linear;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

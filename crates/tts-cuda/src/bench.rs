@@ -340,7 +340,7 @@ pub struct KernelTiming {
 }
 
 /// Times linear layers on the release layer shapes for several row counts and each path
-/// that takes them (GEMV up to 8 rows, tensor cores, cuBLAS): each case is a graph of 64
+/// that takes them (GEMV up to 8 rows, tensor cores, clusters, cuBLAS): each case is a graph of 64
 /// launches cycling through enough weight copies to defeat the L2 cache.
 pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
     use crate::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
@@ -359,12 +359,14 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
     let mut scratch = GemmScratch::new(gpu, 128, 6144, 12288)?;
     let path = |p| LinearPaths {
         force: Some(p),
+        cluster: gpu.clusters,
         ..Default::default()
     };
-    let (gemv, tc, cublas) = (
+    let (gemv, tc, cublas, cluster) = (
         LinearPath::Gemv,
         LinearPath::TensorCores,
         LinearPath::Cublas,
+        LinearPath::Cluster,
     );
     let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
@@ -380,19 +382,25 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             .collect::<Result<_, _>>()?;
         let cases = [
             ("gemv", 1usize, path(gemv)),
-            ("tc", 1, path(tc)),
             ("gemv", 4, path(gemv)),
-            ("tc", 4, path(tc)),
+            ("cluster", 4, path(cluster)),
             ("gemv", 8, path(gemv)),
             ("tc", 8, path(tc)),
+            ("cluster", 8, path(cluster)),
             ("tc", 16, path(tc)),
             ("cublas", 16, path(cublas)),
+            ("cluster", 16, path(cluster)),
             ("tc", 32, path(tc)),
             ("cublas", 32, path(cublas)),
+            ("cluster", 32, path(cluster)),
             ("tc", 64, path(tc)),
             ("cublas", 64, path(cublas)),
+            ("cluster", 64, path(cluster)),
         ];
         for (label, m, paths) in cases {
+            if paths.choose(m, n, k) != paths.force.unwrap_or(LinearPath::Cublas) {
+                continue; // the path cannot take this shape here
+            }
             scratch.paths = paths;
             let scratch = &scratch;
             let launches = 64;

@@ -32,6 +32,10 @@ pub const KERNELS: &[&str] = &[
     "mma_linear_t2",
     "mma_linear_t4",
     "mma_linear_t8",
+    "mma_cluster_t1",
+    "mma_cluster_t2",
+    "mma_cluster_t4",
+    "mma_cluster_t8",
     "qk_norm_rope_kv",
     "qk_norm_rope_kv_f32",
     "decode_attention",
@@ -52,6 +56,18 @@ pub const KERNELS: &[&str] = &[
     "sample_talker",
     "sample_cp",
 ];
+
+/// The thread-block-cluster linear kernels (`mma_cluster.cu`, sm_90 and newer).
+pub const CLUSTER_KERNELS: &[&str] = &[
+    "mma_cluster_t1",
+    "mma_cluster_t2",
+    "mma_cluster_t4",
+    "mma_cluster_t8",
+];
+
+/// Most dynamic shared memory a cluster linear block asks for (64 rows of a 256-wide
+/// slice, `linear::cluster_smem`).
+pub const CLUSTER_MAX_SMEM: usize = 64 * (256 * 4 + 64);
 
 /// Persistent kernels (`persistent.cu`): one block per multiprocessor, grid barriers inside,
 /// so never launched with PDL (every block must find its multiprocessor free).
@@ -107,6 +123,9 @@ pub struct Gpu {
     pub arch: String,
     /// Streaming multiprocessors (the grid of a persistent kernel).
     pub sm_count: u32,
+    /// Thread-block clusters of up to 16 blocks with `CLUSTER_MAX_SMEM` bytes each are
+    /// available to the cluster linear kernels (sm_90 and newer).
+    pub clusters: bool,
 }
 
 impl Gpu {
@@ -157,7 +176,28 @@ impl Gpu {
                 .result()?;
         }
         let pdl = maj >= 9;
-        tracing::info!(%name, %arch, "CUDA device ready");
+        let clusters = maj >= 9 && {
+            let setup = |k: &'static str| -> Result<(), CudaError> {
+                let f = &funcs[k].0;
+                f.set_attribute(
+                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    CLUSTER_MAX_SMEM as i32,
+                )?;
+                f.set_attribute(
+                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                    1,
+                )?;
+                Ok(())
+            };
+            match CLUSTER_KERNELS.iter().copied().try_for_each(setup) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cluster linear kernels unavailable");
+                    false
+                }
+            }
+        };
+        tracing::info!(%name, %arch, clusters, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
@@ -169,6 +209,7 @@ impl Gpu {
             name,
             arch,
             sm_count,
+            clusters,
         })
     }
 
@@ -312,6 +353,31 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        self.launch_ex(name, grid, block, smem, None, args)
+    }
+
+    /// `launch_with` in thread-block clusters of `cluster` blocks along x (sm_90).
+    pub fn launch_cluster(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        cluster: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        self.launch_ex(name, grid, block, smem, Some(cluster), args)
+    }
+
+    fn launch_ex(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        cluster: Option<u32>,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
         let (f, pdl_ready) = self.funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
         if args.len() > MAX_ARGS {
             return Err(CudaError::Shape(format!(
@@ -334,10 +400,22 @@ impl Gpu {
             *p = c as *mut u64 as *mut std::ffi::c_void;
         }
         // SAFETY: a plain-old-data C union; zero is a valid bit pattern for it.
-        let mut attr: dsys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        let use_pdl = self.pdl && *pdl_ready;
+        let mut attrs: [dsys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut count = 0;
+        if self.pdl && *pdl_ready {
+            let a = &mut attrs[count];
+            a.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            a.value.programmaticStreamSerializationAllowed = 1;
+            count += 1;
+        }
+        if let Some(c) = cluster {
+            let a = &mut attrs[count];
+            a.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            a.value.clusterDim.x = c;
+            a.value.clusterDim.y = 1;
+            a.value.clusterDim.z = 1;
+            count += 1;
+        }
         let cfg = dsys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -347,18 +425,18 @@ impl Gpu {
             blockDimZ: 1,
             sharedMemBytes: smem,
             hStream: self.stream.cu_stream(),
-            attrs: if use_pdl {
-                &mut attr
+            attrs: if count > 0 {
+                attrs.as_mut_ptr()
             } else {
                 std::ptr::null_mut()
             },
-            numAttrs: u32::from(use_pdl),
+            numAttrs: count as u32,
         };
         self.ctx.bind_to_thread()?;
         // SAFETY: every kernel's argument list is matched by its launcher (pointer / int /
         // float in declaration order, each read from its own live 8-byte cell), the
         // pointers are live device allocations sized per the kernel's documented shape
-        // contract, and `cfg`, `attr` and the cells outlive this synchronous call.
+        // contract, and `cfg`, `attrs` and the cells outlive this synchronous call.
         unsafe {
             dsys::cuLaunchKernelEx(
                 &cfg,

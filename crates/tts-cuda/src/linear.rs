@@ -1,13 +1,14 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
-//! Three paths (`routing` picks one per call): a GEMV launch (up to 8 rows); or the rows
-//! converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
+//! Four paths (`routing` picks one per call): a GEMV launch (up to 8 rows); one launch of
+//! `mma_cluster.cu` (up to 64 rows on tensor cores, norm and epilogue fused, sm_90); or the
+//! rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
 //! multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by cuBLAS
 //! followed by an epilogue kernel.
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
-pub use crate::routing::{LinearPath, LinearPaths, GEMV_MAX_ROWS, MMA_MAX_ROWS};
+pub use crate::routing::{cluster_split, LinearPath, LinearPaths, GEMV_MAX_ROWS, MMA_MAX_ROWS};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`.
 pub struct Linear {
@@ -70,7 +71,10 @@ impl GemmScratch {
         Ok(Self {
             xb: gpu.zeros(max_rows * max_k)?,
             acc: gpu.zeros(max_rows * max_n)?,
-            paths: LinearPaths::default(),
+            paths: LinearPaths {
+                cluster: gpu.clusters,
+                ..Default::default()
+            },
         })
     }
 }
@@ -104,9 +108,16 @@ pub fn linear(
     let bias = l.bias.as_ref().map_or(0, |b| b.ptr);
     let (res_p, ldr) = res.unwrap_or((0, 0));
     let (norm_p, eps) = norm.unwrap_or((0, 0.0));
-    let path = scratch.paths.choose(m, l.n, l.k);
+    let mut path = scratch.paths.choose(m, l.n, l.k);
+    if path == LinearPath::Cluster && !(x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4)) {
+        // its row copies move 16-byte pieces
+        path = LinearPath::Cublas;
+    }
     if path == LinearPath::Gemv {
         return gemv(gpu, l, x, (norm_p, eps), act, (bias, res_p, ldr), y, ldy);
+    }
+    if path == LinearPath::Cluster {
+        return cluster(gpu, l, x, (norm_p, eps), act, (bias, res_p, ldr), y, ldy);
     }
     // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), both multiplied and
     // summed: f32-level accuracy from bf16 tensor cores.
@@ -186,6 +197,59 @@ pub fn linear(
         &[
             Arg::P(scratch.acc.ptr),
             Arg::I(l.n as i32),
+            Arg::P(bias),
+            Arg::I(act as i32),
+            Arg::P(res_p),
+            Arg::I(ldr as i32),
+            Arg::P(y),
+            Arg::I(ldy as i32),
+            Arg::I(m as i32),
+        ],
+    )
+}
+
+/// Bytes of dynamic shared memory a cluster linear block takes for `rows` rows padded to
+/// `tile` and a K slice of `slice`: the staged rows, which later hold the partial sums.
+pub fn cluster_smem(tile: usize, slice: usize) -> usize {
+    tile * (slice * 4 + 64).max(128 * 4)
+}
+
+/// One launch of `mma_cluster.cu` for up to 64 rows.
+#[allow(clippy::too_many_arguments)]
+fn cluster(
+    gpu: &Gpu,
+    l: &Linear,
+    x: Rows,
+    (norm_p, eps): (u64, f32),
+    act: Act,
+    (bias, res_p, ldr): (u64, u64, usize),
+    y: u64,
+    ldy: usize,
+) -> Result<(), CudaError> {
+    let m = x.count;
+    let cs = cluster_split(l.n, l.k)
+        .ok_or_else(|| CudaError::Shape(format!("cluster linear cannot take {}x{}", l.n, l.k)))?;
+    let (name, tile) = match m {
+        0..=8 => ("mma_cluster_t1", 8),
+        9..=16 => ("mma_cluster_t2", 16),
+        17..=32 => ("mma_cluster_t4", 32),
+        _ => ("mma_cluster_t8", 64),
+    };
+    let smem = cluster_smem(tile, l.k / cs);
+    gpu.launch_cluster(
+        name,
+        (cs as u32, (l.n / 128) as u32, 1),
+        256,
+        smem as u32,
+        cs as u32,
+        &[
+            Arg::P(l.w.ptr),
+            Arg::I(l.n as i32),
+            Arg::I(l.k as i32),
+            Arg::P(x.ptr),
+            Arg::I(x.ld as i32),
+            Arg::P(norm_p),
+            Arg::F(eps),
             Arg::P(bias),
             Arg::I(act as i32),
             Arg::P(res_p),

@@ -1,7 +1,7 @@
 //! Which kernel a linear layer runs on: a static rule from the H200 kernel table, or,
 //! when asked (`CudaOptions::autotune`), measured at start-up by [`autotune`], which times
-//! every path that can take each of the model's layer shapes at 16, 32 and 64 rows on the
-//! device at hand (and checks its result against cuBLAS before trusting it).
+//! every path that can take each of the model's layer shapes at 4, 8, 16, 32 and 64 rows
+//! on the device at hand (and checks its result against cuBLAS before trusting it).
 
 use std::collections::HashMap;
 
@@ -27,11 +27,36 @@ pub enum LinearPath {
     TensorCores,
     /// `to_bf16_rows` + cuBLAS + `linear_epilogue`: any shape.
     Cublas,
+    /// `mma_cluster.cu`: one launch (norm and epilogue fused), up to [`MMA_MAX_ROWS`]
+    /// rows, shapes [`cluster_split`] takes; sm_90 only.
+    Cluster,
 }
 
-/// The rows bucket a measured choice covers (9..=16, 17..=32, 33..=64 rows).
+/// Blocks per cluster of `mma_cluster.cu` for an `n × k` weight: each block takes a K
+/// slice of 128..=256 (a multiple of 32), and the grid of (n / 128) clusters should reach
+/// about one block per multiprocessor (128): the fewest blocks per cluster that do (on
+/// the H200, aiming at two per multiprocessor with thinner slices measured 10-40 % slower).
+/// `None`: the kernel cannot take the shape.
+pub fn cluster_split(n: usize, k: usize) -> Option<usize> {
+    if !n.is_multiple_of(128) {
+        return None;
+    }
+    let valid: Vec<usize> = [4usize, 8, 16]
+        .into_iter()
+        .filter(|&cs| k.is_multiple_of(cs * 32) && (128..=256).contains(&(k / cs)))
+        .collect();
+    valid
+        .iter()
+        .copied()
+        .find(|&cs| n / 128 * cs >= 128)
+        .or(valid.last().copied())
+}
+
+/// The rows bucket a measured choice covers (3..=4, 5..=8, 9..=16, 17..=32, 33..=64 rows).
 fn rows_bucket(m: usize) -> Option<usize> {
     match m {
+        3..=4 => Some(4),
+        5..=8 => Some(8),
         9..=16 => Some(16),
         17..=32 => Some(32),
         33..=MMA_MAX_ROWS => Some(64),
@@ -45,35 +70,55 @@ fn rows_bucket(m: usize) -> Option<usize> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LinearPaths {
     pub force: Option<LinearPath>,
+    /// The device runs the cluster kernels ([`LinearPath::Cluster`]), and they are wanted.
+    pub cluster: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
 }
 
 impl LinearPaths {
-    /// Whether `path` can run `m` rows of an `n × k` weight.
-    pub fn fits(path: LinearPath, m: usize, n: usize, k: usize) -> bool {
+    /// Whether `path` can run `m` rows of an `n × k` weight here.
+    pub fn fits(&self, path: LinearPath, m: usize, n: usize, k: usize) -> bool {
         match path {
             LinearPath::Gemv => m <= GEMV_MAX_ROWS,
             LinearPath::TensorCores => {
                 n.is_multiple_of(16) && k.is_multiple_of(32) && m <= MMA_MAX_ROWS
             }
             LinearPath::Cublas => true,
+            LinearPath::Cluster => {
+                self.cluster && cluster_split(n, k).is_some() && m <= MMA_MAX_ROWS
+            }
         }
     }
 
     /// The path for `m` rows of an `n × k` weight. The static rule follows the H200 kernel
-    /// table of `bench/results/2026-11-29-h200-stages-2.md`: the GEMV wins up to 4 rows;
-    /// at 5..8 rows `mma.cu` wins on layers with many outputs (n >= 3072), at 9..16 on all
-    /// but the two largest talker matrices (n·k <= 8 Mi); beyond, cuBLAS.
+    /// table of `bench/results/2026-12-01-h200-cluster/README.md`: the GEMV up to 2 rows;
+    /// the cluster kernel where it is there and measured fastest, on the code predictor's
+    /// layers (a side of at most 1024): 3..4 rows on the widest (n >= 6144), 5..8 rows on
+    /// those of at least 4 Mi weights, 9..16 rows on all but the qkv projection (n = 4096,
+    /// where `mma.cu` wins); otherwise the GEMV up to 8 rows, `mma.cu` at 5..16 as before,
+    /// cuBLAS beyond.
     pub fn choose(&self, m: usize, n: usize, k: usize) -> LinearPath {
-        if let Some(p) = self.force.filter(|&p| Self::fits(p, m, n, k)) {
+        if let Some(p) = self.force.filter(|&p| self.fits(p, m, n, k)) {
             return p;
         }
         let tuned = rows_bucket(m).and_then(|b| self.tuned.get(&(n, k, b)).copied());
-        if let Some(p) = tuned.filter(|&p| Self::fits(p, m, n, k)) {
+        if let Some(p) = tuned.filter(|&p| self.fits(p, m, n, k)) {
             return p;
         }
-        let tc_ok = Self::fits(LinearPath::TensorCores, m, n, k);
+        // In the talker step (every side >= 2048) the cluster kernel measured slower inside
+        // the stage than alone (batch 4: +9 %, batch 16: +12 %): code-predictor shapes only.
+        let cluster = n.min(k) <= 1024
+            && match m {
+                3..=4 => n >= 6144,
+                5..=8 => n * k >= 4 << 20,
+                9..=16 => n != 4096,
+                _ => false,
+            };
+        if cluster && self.fits(LinearPath::Cluster, m, n, k) {
+            return LinearPath::Cluster;
+        }
+        let tc_ok = self.fits(LinearPath::TensorCores, m, n, k);
         match m {
             0..=4 => LinearPath::Gemv,
             5..=8 if tc_ok && n >= 3072 => LinearPath::TensorCores,
@@ -108,9 +153,10 @@ fn test_rows(len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Times each path that can take each layer's shape at 16, 32 and 64 rows (a CUDA graph of
-/// `iters` calls, replayed and timed with events) and stores the fastest in `scratch.paths.tuned`. A path whose result
-/// differs from cuBLAS by more than 1e-3 (relative to the largest output) is not used.
+/// Times each path that can take each layer's shape at 4, 8, 16, 32 and 64 rows (a CUDA
+/// graph of `iters` calls, replayed and timed with events) and stores the fastest in
+/// `scratch.paths.tuned`. A path whose result differs from cuBLAS by more than 1e-3
+/// (relative to the largest output) is not used.
 pub fn autotune(
     gpu: &Gpu,
     layers: &[&Linear],
@@ -125,7 +171,7 @@ pub fn autotune(
             continue;
         }
         seen.push((l.n, l.k));
-        for rows in [16usize, 32, 64] {
+        for rows in [4usize, 8, 16, 32, 64] {
             if 2 * rows * l.k > scratch.xb.len || 2 * rows * l.n > scratch.acc.len {
                 continue;
             }
@@ -147,8 +193,13 @@ pub fn autotune(
                 .fold(0f32, |m, v| m.max(v.abs()))
                 .max(1e-20);
             let mut timings = Vec::new();
-            for path in [LinearPath::Cublas, LinearPath::TensorCores] {
-                if !LinearPaths::fits(path, rows, l.n, l.k) {
+            for path in [
+                LinearPath::Cublas,
+                LinearPath::TensorCores,
+                LinearPath::Cluster,
+                LinearPath::Gemv,
+            ] {
+                if !scratch.paths.fits(path, rows, l.n, l.k) {
                     continue;
                 }
                 scratch.paths.force = Some(path);
@@ -217,6 +268,51 @@ mod tests {
         // beyond 16 rows, and shapes the kernel cannot take: cuBLAS
         assert_eq!(p.choose(32, 1024, 2048), LinearPath::Cublas);
         assert_eq!(p.choose(12, 1000, 2048), LinearPath::Cublas);
+    }
+
+    #[test]
+    fn the_cluster_kernel_takes_the_shapes_where_it_measured_fastest() {
+        let p = LinearPaths {
+            cluster: true,
+            ..Default::default()
+        };
+        // 1.7B code predictor (hidden 1024) and talker (hidden 2048) shapes
+        let (cp_qkv, cp_o, cp_gu, cp_down) =
+            ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072));
+        let (t_o, t_gu, t_down) = ((2048, 2048), (12288, 2048), (2048, 6144));
+        let at = |m: usize, (n, k): (usize, usize)| p.choose(m, n, k);
+        assert_eq!(at(2, cp_gu), LinearPath::Gemv);
+        assert_eq!(at(4, cp_gu), LinearPath::Cluster);
+        assert_eq!(at(4, cp_qkv), LinearPath::Gemv);
+        assert_eq!(at(8, cp_qkv), LinearPath::Cluster);
+        assert_eq!(at(8, cp_o), LinearPath::Gemv);
+        assert_eq!(at(16, cp_o), LinearPath::Cluster);
+        assert_eq!(at(16, cp_down), LinearPath::Cluster);
+        assert_eq!(at(16, cp_qkv), LinearPath::TensorCores);
+        // the talker's layers: as before
+        assert_eq!(at(8, t_gu), LinearPath::TensorCores);
+        assert_eq!(at(16, t_o), LinearPath::TensorCores);
+        // a K it cannot split, and more than 16 rows: as before
+        assert_eq!(at(16, t_down), LinearPath::Cublas);
+        assert_eq!(at(32, cp_o), LinearPath::Cublas);
+        // without the device support, never
+        assert_eq!(
+            LinearPaths::default().choose(16, 1024, 2048),
+            LinearPath::TensorCores
+        );
+    }
+
+    #[test]
+    fn cluster_split_fills_the_gpu_once_with_slices_of_128_to_256() {
+        assert_eq!(cluster_split(4096, 1024), Some(4)); // 32 clusters x 4, slices of 256
+        assert_eq!(cluster_split(1024, 2048), Some(16)); // 8 x 16, slices of 128
+        assert_eq!(cluster_split(1024, 3072), Some(16)); // slices of 192
+        assert_eq!(cluster_split(2048, 1024), Some(8)); // 16 x 8 = 128
+        assert_eq!(cluster_split(256, 1024), Some(8)); // too few outputs: the most it can
+        assert_eq!(cluster_split(12288, 2048), Some(8)); // no slice of 256 or less with 4
+        assert_eq!(cluster_split(2048, 6144), None); // 16 slices of 384: too wide
+        assert_eq!(cluster_split(1000, 2048), None); // not whole 128-output tiles
+        assert_eq!(cluster_split(1024, 1000), None);
     }
 
     #[test]

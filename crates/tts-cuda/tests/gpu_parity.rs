@@ -496,9 +496,10 @@ fn persistent_kernels_match_the_launch_path() {
     }
 }
 
-/// The multi-row paths (tensor cores for any row count up to 64, cuBLAS beyond and when
-/// asked) compute what the GEMV computes row by row, with the RMSNorm prologue and every
-/// epilogue, to f32-level accuracy.
+/// The multi-row paths (tensor cores for any row count up to 64, the cluster kernel up to
+/// 64, cuBLAS beyond and when asked) compute what the GEMV computes row by row, with the
+/// RMSNorm prologue and every epilogue, to f32-level accuracy; the cluster kernel on every
+/// K split it takes (slices of 128, 192 and 256 in clusters of 4, 8 and 16).
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
     use tts_cuda::device::Gpu;
@@ -513,7 +514,9 @@ fn tensor_core_linear_matches_the_gemv() {
         }
         Err(e) => panic!("{e}"),
     };
-    let (n, k) = (1024usize, 2048usize);
+    if !gpu.clusters {
+        eprintln!("tensor_core_linear_matches_the_gemv: no thread-block clusters on {}: cluster cases not run", gpu.arch);
+    }
     let mut seed = 12345u64;
     let mut rnd = || {
         seed = seed
@@ -521,98 +524,123 @@ fn tensor_core_linear_matches_the_gemv() {
             .wrapping_add(1442695040888963407);
         ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     };
-    let w: Vec<u16> = (0..n * k)
-        .map(|_| half::bf16::from_f32(rnd() * 0.05).to_bits())
-        .collect();
-    let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
-    let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
-    let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
-    let mut scratch = GemmScratch::new(&gpu, 256, k, n).unwrap();
-    scratch.paths = LinearPaths {
-        force: Some(LinearPath::Gemv),
-        ..Default::default()
+    let scratch_for = |p: LinearPath, n: usize, k: usize| {
+        let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
+        s.paths = LinearPaths {
+            force: Some(p),
+            cluster: gpu.clusters,
+            ..Default::default()
+        };
+        s
     };
-    let mut tensor = GemmScratch::new(&gpu, 256, k, n).unwrap();
-    tensor.paths = LinearPaths {
-        force: Some(LinearPath::TensorCores),
-        ..Default::default()
-    };
-    let mut cublas = GemmScratch::new(&gpu, 256, k, n).unwrap();
-    cublas.paths = LinearPaths {
-        force: Some(LinearPath::Cublas),
-        ..Default::default()
-    };
-    let gd = gpu.upload(&g).unwrap();
-    let cases = [
-        (1usize, &tensor),
-        (5, &tensor),
-        (9, &tensor),
-        (16, &tensor),
-        (33, &tensor),
-        (64, &tensor),
-        (100, &tensor),
-        (9, &cublas),
-        (40, &cublas),
+    let (gemv, tc, cublas, cluster) = (
+        LinearPath::Gemv,
+        LinearPath::TensorCores,
+        LinearPath::Cublas,
+        LinearPath::Cluster,
+    );
+    let cluster_rows = [5usize, 9, 16, 17, 33, 64];
+    // (n, k, the non-cluster cases: rows and path)
+    type Cases<'a> = &'a [(usize, LinearPath)];
+    let shapes: [(usize, usize, Cases); 4] = [
+        (
+            1024,
+            2048,
+            &[
+                (1, tc),
+                (5, tc),
+                (9, tc),
+                (16, tc),
+                (33, tc),
+                (64, tc),
+                (100, tc),
+                (9, cublas),
+                (40, cublas),
+            ],
+        ),
+        (256, 1024, &[]),
+        (128, 3072, &[]),
+        (4096, 1024, &[]),
     ];
-    for (m, batched) in cases {
-        let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
-        let res: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
-        let xd = gpu.upload(&x).unwrap();
-        for (act, norm) in [
-            (Act::None, true),
-            (Act::Silu, true),
-            (Act::SwigluPairs, true),
-            (Act::None, false),
-            (Act::SwigluPairs, false),
-        ] {
-            let norm = norm.then_some((gd.ptr, 1e-6));
-            let out_n = if act == Act::SwigluPairs { n / 2 } else { n };
-            let yb = gpu.upload(&res[..m * out_n]).unwrap();
-            let yr = gpu.upload(&res[..m * out_n]).unwrap();
-            linear(
-                &gpu,
-                &l,
-                Rows {
-                    ptr: xd.ptr,
-                    ld: k,
-                    count: m,
-                },
-                norm,
-                act,
-                Some((yb.ptr, out_n)),
-                yb.ptr,
-                out_n,
-                batched,
-            )
-            .unwrap();
-            for r in 0..m {
-                let row = Rows {
-                    ptr: xd.at(r * k),
-                    ld: k,
-                    count: 1,
-                };
+    for (n, k, cases) in shapes {
+        let w: Vec<u16> = (0..n * k)
+            .map(|_| half::bf16::from_f32(rnd() * 0.05).to_bits())
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
+        let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
+        let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
+        let reference = scratch_for(gemv, n, k);
+        let by_path: Vec<(LinearPath, GemmScratch)> = [tc, cublas, cluster]
+            .into_iter()
+            .map(|p| (p, scratch_for(p, n, k)))
+            .collect();
+        let gd = gpu.upload(&g).unwrap();
+        let cluster_cases: Vec<(usize, LinearPath)> = if gpu.clusters {
+            cluster_rows.iter().map(|&m| (m, cluster)).collect()
+        } else {
+            Vec::new()
+        };
+        for &(m, path) in cases.iter().chain(&cluster_cases) {
+            let batched = &by_path.iter().find(|(p, _)| *p == path).unwrap().1;
+            let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let res: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
+            let xd = gpu.upload(&x).unwrap();
+            for (act, norm) in [
+                (Act::None, true),
+                (Act::Silu, true),
+                (Act::SwigluPairs, true),
+                (Act::None, false),
+                (Act::SwigluPairs, false),
+            ] {
+                let norm = norm.then_some((gd.ptr, 1e-6));
+                let out_n = if act == Act::SwigluPairs { n / 2 } else { n };
+                let yb = gpu.upload(&res[..m * out_n]).unwrap();
+                let yr = gpu.upload(&res[..m * out_n]).unwrap();
                 linear(
                     &gpu,
                     &l,
-                    row,
+                    Rows {
+                        ptr: xd.ptr,
+                        ld: k,
+                        count: m,
+                    },
                     norm,
                     act,
-                    Some((yr.at(r * out_n), out_n)),
-                    yr.at(r * out_n),
+                    Some((yb.ptr, out_n)),
+                    yb.ptr,
                     out_n,
-                    &scratch,
+                    batched,
                 )
                 .unwrap();
+                for r in 0..m {
+                    let row = Rows {
+                        ptr: xd.at(r * k),
+                        ld: k,
+                        count: 1,
+                    };
+                    linear(
+                        &gpu,
+                        &l,
+                        row,
+                        norm,
+                        act,
+                        Some((yr.at(r * out_n), out_n)),
+                        yr.at(r * out_n),
+                        out_n,
+                        &reference,
+                    )
+                    .unwrap();
+                }
+                let a = gpu.read(&yb, m * out_n).unwrap();
+                let b = gpu.read(&yr, m * out_n).unwrap();
+                let err = rel_err(&a, &b);
+                assert!(
+                    err < 1e-4,
+                    "{n}x{k} m={m} act={act:?} norm {} path {:?}: batched vs GEMV rel err {err}",
+                    norm.is_some(),
+                    batched.paths.choose(m, n, k)
+                );
             }
-            let a = gpu.read(&yb, m * out_n).unwrap();
-            let b = gpu.read(&yr, m * out_n).unwrap();
-            let err = rel_err(&a, &b);
-            assert!(
-                err < 1e-4,
-                "m={m} act={act:?} norm {} paths {:?}: batched vs GEMV rel err {err}",
-                norm.is_some(),
-                batched.paths
-            );
         }
     }
 }

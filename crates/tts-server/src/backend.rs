@@ -75,10 +75,11 @@ pub fn create_cuda(
         graphs: std::env::var("QWEN3_TTS_CUDA_GRAPHS").map_or(true, |v| v != "0"),
         gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
         // Measurement knobs (bench/results): programmatic dependent launch off, start-up
-        // routing of the batched linear layers by timing them, the codec's few-step GEMMs
-        // on cuBLAS.
+        // routing of the batched linear layers by timing them, the batched linear layers
+        // off the cluster kernel, the codec's few-step GEMMs on cuBLAS.
         pdl: std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
+        cluster_linear: std::env::var("QWEN3_TTS_CLUSTER_LINEAR").map_or(true, |v| v != "0"),
         codec_small_gemv: std::env::var("QWEN3_TTS_CODEC_GEMV").map_or(true, |v| v != "0"),
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights
