@@ -79,3 +79,19 @@ extern "C" __global__ void add_bias_rows(float* t, int N, const float* __restric
     if (r >= rows) return;
     for (int n = threadIdx.x; n < N; n += blockDim.x) t[(size_t)r * N + n] += b[n];
 }
+
+// Copies `runs` runs of n16 16-byte pieces for two buffer pairs at once (blockIdx.z: 0 the
+// first pair, 1 the second): dst + r·dst_stride <- src + r·src_stride, strides in 16-byte
+// units. The talker's prefix KV cache moves a prompt head's K and V rows of every layer
+// between its store and a slot's cache with one launch.
+extern "C" __global__ void copy_runs2(const uint4* __restrict__ src_a, const uint4* __restrict__ src_b,
+                                      uint4* dst_a, uint4* dst_b, int src_stride, int dst_stride,
+                                      int n16) {
+    pdl_wait();
+    pdl_trigger();
+    const int r = blockIdx.y;
+    const uint4* s = (blockIdx.z ? src_b : src_a) + (size_t)r * src_stride;
+    uint4* d = (blockIdx.z ? dst_b : dst_a) + (size_t)r * dst_stride;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += gridDim.x * blockDim.x)
+        d[i] = s[i];
+}

@@ -20,8 +20,9 @@ use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::linear::Linear;
 use crate::persistent::{Persistent, Prefetch};
+use crate::prefix::{CacheShape, PrefixCache};
 use crate::routing::{autotune, TunedShape};
-use crate::talker::{prefill, step, write_prefill_inputs, PrefillPlan, SampleRules};
+use crate::talker::{prefill, step, talker_kv, write_prefill_inputs, PrefillPlan, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::{Limits, Workspace};
 
@@ -51,6 +52,9 @@ pub struct CudaOptions {
     /// (`mma_cluster.cu`, one launch each) where the device and the shape allow (sm_90);
     /// off: `to_bf16_rows` + `mma.cu` or cuBLAS, as before.
     pub cluster_linear: bool,
+    /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
+    /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
+    pub prefix_cache: usize,
     /// Run the code-predictor loop of buckets of up to this many rows as one persistent
     /// kernel (`persistent.cu`) when the model's shapes fit it (0: never, the default: on
     /// the H200 it measured slower than launch by launch; at most
@@ -76,6 +80,7 @@ impl Default for CudaOptions {
             autotune: false,
             pdl: true,
             cluster_linear: true,
+            prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
             cp_prefetch: Prefetch::CODE_PREDICTOR,
@@ -112,7 +117,7 @@ enum Codec {
 enum GraphKind {
     TalkerStep,
     CodePredictor,
-    /// One row's prefill, padded to a power-of-two token count.
+    /// One row's prefill, padded to a power-of-two token count (1, or 16 and up).
     Prefill,
 }
 
@@ -143,6 +148,7 @@ pub struct CudaBackend {
     info: BackendInfo,
     slots: Vec<Option<SlotState>>,
     graphs: HashMap<(GraphKind, usize), Graph>,
+    prefix: PrefixCache,
     tuning: Vec<TunedShape>,
     opts: CudaOptions,
     text_vocab: usize,
@@ -252,10 +258,16 @@ impl CudaBackend {
             talker_layers,
             slots: (0..opts.limits.max_slots).map(|_| None).collect(),
             graphs: HashMap::new(),
+            prefix: PrefixCache::new(opts.prefix_cache),
             opts,
             text_vocab: t.text_vocab_size,
             tuning,
         })
+    }
+
+    /// Prefix cache (hits, misses, heads held) since start-up.
+    pub fn prefix_stats(&self) -> (u64, u64, usize) {
+        (self.prefix.hits, self.prefix.misses, self.prefix.len())
     }
 
     /// What start-up tuning measured and chose for each batched layer shape.
@@ -285,6 +297,8 @@ impl CudaBackend {
             }
             b *= 2;
         }
+        // a prefill after a cached head can be a single position
+        self.graph(GraphKind::Prefill, 1)?;
         let mut t = 16;
         while t <= self.opts.limits.max_prefill_tokens {
             self.graph(GraphKind::Prefill, t)?;
@@ -536,15 +550,34 @@ impl Backend for CudaBackend {
                 });
             }
             let start = st.len;
+            // A fresh slot whose prompt head was prefilled before gets that head's cache
+            // rows and prefills only the rest (at least the last position, whose output
+            // samples code 0).
+            let head = r.prompt.head_len.min(n - 1);
+            let shape = CacheShape {
+                layers: self.talker.stack.layers.len(),
+                row_bytes: self.talker.stack.dims.kv_dim() * self.ws.kv_elem,
+            };
+            let slot = r.slot.0 as usize;
+            let heads = &r.prompt.positions[..head];
+            let cached = start == 0
+                && head > 0
+                && self.prefix.enabled()
+                && self
+                    .prefix
+                    .restore(&self.gpu, heads, talker_kv(&self.ws), shape, slot)?;
+            let skip = if cached { head } else { 0 };
+            let todo = &r.prompt.positions[skip..];
+            let m = todo.len();
             let mut plan = PrefillPlan {
-                text: Vec::with_capacity(n),
-                codec: Vec::with_capacity(n),
-                slots: vec![r.slot.0 as i32; n],
-                positions: (start..start + n).map(|p| p as i32).collect(),
-                last: vec![n as i32 - 1],
+                text: Vec::with_capacity(m),
+                codec: Vec::with_capacity(m),
+                slots: vec![r.slot.0 as i32; m],
+                positions: (start + skip..start + n).map(|p| p as i32).collect(),
+                last: vec![m as i32 - 1],
                 row_slots: vec![r.slot.0 as i32],
             };
-            for p in &r.prompt.positions {
+            for p in todo {
                 let text = p.text.filter(|&t| (t as usize) < text_vocab).ok_or(
                     BackendError::SlotState {
                         slot: r.slot.0,
@@ -556,7 +589,11 @@ impl Backend for CudaBackend {
             }
             // Pad to a power-of-two token bucket (padding tokens have slot -1 and touch
             // nothing) so the prefill replays a captured graph.
-            let bucket = n.next_power_of_two().max(16);
+            let bucket = if m == 1 {
+                1
+            } else {
+                m.next_power_of_two().max(16)
+            };
             let padded = self.opts.graphs && bucket <= max_tokens;
             if padded {
                 let pad = self.info.tts_pad_token_id as i32;
@@ -570,7 +607,11 @@ impl Backend for CudaBackend {
             if padded {
                 self.run(GraphKind::Prefill, bucket)?;
             } else {
-                prefill(&self.gpu, &self.talker, &self.ws, n, 1, self.rules)?;
+                prefill(&self.gpu, &self.talker, &self.ws, m, 1, self.rules)?;
+            }
+            if start == 0 && head > 0 && !cached {
+                self.prefix
+                    .store(&self.gpu, heads, talker_kv(&self.ws), shape, slot)?;
             }
             let code = self.gpu.read(&self.ws.codes, 1)?[0] as u32;
             let st = self.slot(r.slot)?;

@@ -53,6 +53,7 @@ pub const KERNELS: &[&str] = &[
     "linear_epilogue",
     "add_bias_rows",
     "rms_norm_rows",
+    "copy_runs2",
     "sample_talker",
     "sample_cp",
 ];

@@ -16,6 +16,7 @@ pub mod kernels;
 pub mod libs;
 pub mod linear;
 pub mod persistent;
+pub mod prefix;
 pub mod routing;
 pub mod stack;
 pub mod talker;

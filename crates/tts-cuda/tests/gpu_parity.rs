@@ -231,6 +231,82 @@ fn full_size_random_1_7b_matches_the_cpu_reference() {
     }
 }
 
+/// A prefill that finds its prompt head in the prefix cache (a second request with the same
+/// voice and language) prefills only its text and still gives the CPU reference's greedy
+/// codes, in both text modes; the first request of each head misses and stores it.
+fn prefix_hits_match(model: &Model, test: &str, frames: usize, exact: bool) {
+    let Some(mut gpu) = gpu_backend_with(model, test, exact) else {
+        return;
+    };
+    let mut cpu = CpuBackend::new(model, 2).unwrap();
+    let params = model.default_sampling(0).greedy();
+    for (voice, mode) in [
+        (Some("ryan"), TextMode::Stream),
+        (Some("vivian"), TextMode::Prefill),
+    ] {
+        let first = model
+            .prompt(&request("A first request warms the cache.", voice, mode))
+            .unwrap();
+        let (h0, m0, _) = gpu.prefix_stats();
+        synthesize(&mut gpu, &first, &params, 1, false).unwrap();
+        let (h1, m1, held) = gpu.prefix_stats();
+        assert_eq!(
+            (h1, m1),
+            (h0, m0 + 1),
+            "{test} {mode:?}: a new head must miss"
+        );
+        assert!(held >= 1, "{test} {mode:?}: the head was not stored");
+        let prompt = model
+            .prompt(&request(
+                "The quick brown fox jumps over the lazy dog.",
+                voice,
+                mode,
+            ))
+            .unwrap();
+        assert_eq!(
+            prompt.positions[..prompt.head_len],
+            first.positions[..first.head_len]
+        );
+        let g = synthesize(&mut gpu, &prompt, &params, frames, false).unwrap();
+        let (h2, _, _) = gpu.prefix_stats();
+        assert_eq!(
+            h2,
+            h1 + 1,
+            "{test} {mode:?}: the second prompt's head was not found"
+        );
+        let c = synthesize(&mut cpu, &prompt, &params, frames, false).unwrap();
+        let mm = first_mismatch(&g.frames, &c.frames);
+        assert!(
+            mm.is_none(),
+            "{test} {mode:?}: greedy codes after a prefix-cache hit differ from the CPU \
+             reference at (frame, codebook) {mm:?}"
+        );
+        eprintln!("{test} {mode:?}: {frames} frames identical after a prefix-cache hit");
+    }
+}
+
+#[test]
+fn prefix_cache_hits_give_the_cpu_reference_codes() {
+    let model = Model::load("demo", LoadOptions::default()).unwrap();
+    prefix_hits_match(
+        &model,
+        "prefix_cache_hits_give_the_cpu_reference_codes",
+        12,
+        true,
+    );
+    if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_ok() {
+        common::report_skip("prefix_cache_hits (random:1.7b): QWEN3_TTS_SKIP_FULL_SIZE set");
+        return;
+    }
+    let model = Model::load("random:1.7b", LoadOptions::default()).unwrap();
+    prefix_hits_match(
+        &model,
+        "prefix_cache_hits (random:1.7b, bf16 caches)",
+        3,
+        false,
+    );
+}
+
 /// GPU sampling (repetition penalty, EOS and suppression masks, temperature, top-k, the
 /// top-p, the seeded inverse-CDF draw; talker and code predictor) draws what the CPU
 /// reference draws: with f32 caches, the sampled codes of several seeds are identical frame

@@ -186,6 +186,7 @@ fn fake_prompt(len: usize) -> Prompt {
         input_ids: Vec::new(),
         instruct_ids: None,
         body_len: 0,
+        head_len: 0,
     }
 }
 

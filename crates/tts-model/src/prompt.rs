@@ -48,7 +48,7 @@ pub struct SpeechRequest {
 }
 
 /// One prompt position: the ids of its two tracks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PromptPosition {
     /// Text-track token id (embedded with `text_embedding` then `text_projection`).
     pub text: Option<u32>,
@@ -69,6 +69,10 @@ pub struct Prompt {
     pub instruct_ids: Option<Vec<u32>>,
     /// Number of text tokens in the body (drives the runaway frame cap).
     pub body_len: usize,
+    /// How many leading positions do not depend on the text (instructions, role, codec
+    /// prefix, `tts_bos`): every request with the same voice, language and instructions
+    /// shares them, so a backend may keep their KV cache rows and prefill only the rest.
+    pub head_len: usize,
 }
 
 /// The resolved voice of a request: which codec ids the prefix carries.
@@ -168,6 +172,7 @@ pub fn build_prompt(
 
     let instruct_ids = instruction_ids(cfg, tokenizer, req)?;
     let mut positions = head_positions(cfg, voice, instruct_ids.as_deref(), role);
+    let head_len = positions.len();
     let talker = &cfg.talker;
     let (pad, eos) = (cfg.tts_pad_token_id, cfg.tts_eos_token_id);
     let both = |t: u32, c: u32| PromptPosition {
@@ -193,6 +198,7 @@ pub fn build_prompt(
         body_len: body.len(),
         input_ids,
         instruct_ids,
+        head_len,
     })
 }
 
@@ -277,6 +283,7 @@ impl StreamingPrefix {
     /// `trailing_text` is empty (the caller supplies the rest as it arrives), `input_ids`
     /// holds the role and the first token, and `body_len` is 1.
     pub fn with_first_token(&self, first: u32) -> Prompt {
+        let head_len = self.positions.len();
         let mut positions = self.positions.clone();
         positions.push(PromptPosition {
             text: Some(first),
@@ -290,6 +297,7 @@ impl StreamingPrefix {
             input_ids,
             instruct_ids: self.instruct_ids.clone(),
             body_len: 1,
+            head_len,
         }
     }
 }

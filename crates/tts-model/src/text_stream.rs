@@ -198,7 +198,51 @@ mod tests {
                 trailing.push(cfg.tts_eos_token_id);
                 assert_eq!(trailing, want.trailing_text, "{text:?}");
                 assert_eq!(body.len(), want.body_len);
+                assert_eq!(got.head_len, want.head_len, "{text:?}");
+                assert_eq!(want.head_len, want.positions.len() - 1, "{text:?}");
             }
         }
+    }
+
+    #[test]
+    fn prompts_of_one_voice_share_their_head_in_both_text_modes() {
+        use crate::prompt::{build_prompt, SpeechRequest, TextMode};
+        let model = crate::model::Model::load("demo", Default::default()).unwrap();
+        let (cfg, tok) = (&model.config, &model.tokenizer);
+        let prompt = |text: &str, mode, instructions: Option<&str>| {
+            let req = SpeechRequest {
+                text: text.into(),
+                voice: Some("ryan".into()),
+                language: "English".into(),
+                instructions: instructions.map(String::from),
+                text_mode: mode,
+            };
+            build_prompt(cfg, tok, &req).unwrap()
+        };
+        let a = prompt("Hello there.", TextMode::Stream, None);
+        for (b, mode) in [
+            (
+                prompt("A different sentence.", TextMode::Stream, None),
+                "stream",
+            ),
+            (prompt("Hello there.", TextMode::Prefill, None), "prefill"),
+            (prompt("Something else", TextMode::Prefill, None), "prefill"),
+        ] {
+            assert_eq!(b.head_len, a.head_len, "{mode}");
+            assert_eq!(
+                b.positions[..b.head_len],
+                a.positions[..a.head_len],
+                "{mode}"
+            );
+            assert!(b.positions.len() > b.head_len);
+        }
+        // instructions are part of the head
+        let i = prompt("Hello there.", TextMode::Stream, Some("Whisper."));
+        assert!(i.head_len > a.head_len);
+        assert_ne!(i.positions[..i.head_len - a.head_len], [][..]);
+        assert_eq!(
+            i.positions[i.head_len - a.head_len..i.head_len],
+            a.positions[..a.head_len]
+        );
     }
 }

@@ -80,6 +80,12 @@ pub fn create_cuda(
         pdl: std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
         cluster_linear: std::env::var("QWEN3_TTS_CLUSTER_LINEAR").map_or(true, |v| v != "0"),
+        // prompt heads kept for prefill (0: off)
+        prefix_cache: count_knob(
+            "QWEN3_TTS_PREFIX_CACHE",
+            tts_cuda::CudaOptions::default().prefix_cache,
+            "prompt heads",
+        )?,
         codec_small_gemv: std::env::var("QWEN3_TTS_CODEC_GEMV").map_or(true, |v| v != "0"),
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights
@@ -100,11 +106,16 @@ pub fn create_cuda(
 
 /// A row count from `$name` (a whole number), else `default`.
 fn rows_knob(name: &str, default: usize) -> anyhow::Result<usize> {
+    count_knob(name, default, "rows")
+}
+
+/// A count of `what` from `$name` (a whole number, 0: off), else `default`.
+fn count_knob(name: &str, default: usize, what: &str) -> anyhow::Result<usize> {
     match std::env::var(name) {
         Ok(v) => v
             .trim()
             .parse()
-            .with_context(|| format!("{name}={v}: expected a number of rows (0: off)")),
+            .with_context(|| format!("{name}={v}: expected a number of {what} (0: off)")),
         Err(_) => Ok(default),
     }
 }

@@ -1,0 +1,182 @@
+//! The talker's prefix KV cache: the cache rows of a prompt's text-independent head
+//! (instructions, role, codec prefix, `tts_bos`; `Prompt::head_len`), kept per distinct
+//! head, so a request whose voice, language and instructions were seen before prefills
+//! only its text. The rows are what a full prefill writes for those positions (attention
+//! is causal and the head always runs in the same prefill graph), so a hit changes which
+//! kernels compute the remaining positions, not the prompt's meaning.
+//!
+//! Entries hold K and V as `[layer][head_len][kv_dim]`; least recently used goes first.
+
+use std::collections::HashMap;
+
+use tts_model::prompt::PromptPosition;
+
+use crate::device::{Arg, DBuf, Gpu};
+use crate::error::CudaError;
+use crate::stack::Kv;
+
+/// One cached head.
+struct Entry {
+    k: DBuf<u8>,
+    v: DBuf<u8>,
+    last_use: u64,
+}
+
+/// Heads' KV rows on the device, at most `capacity` of them.
+pub struct PrefixCache {
+    capacity: usize,
+    entries: HashMap<Vec<PromptPosition>, Entry>,
+    clock: u64,
+    /// Prefills that found their head (counted for logs and tests).
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// A stack's cache geometry as the copies need it.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheShape {
+    pub layers: usize,
+    /// Bytes of one position's K (or V) in one layer.
+    pub row_bytes: usize,
+}
+
+impl PrefixCache {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: HashMap::new(),
+            clock: 0,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Copies the cached rows of `head` into positions `0..head.len()` of `slot`'s cache
+    /// and returns true, or returns false (nothing enqueued) when `head` is not cached.
+    pub fn restore(
+        &mut self,
+        gpu: &Gpu,
+        head: &[PromptPosition],
+        kv: Kv,
+        shape: CacheShape,
+        slot: usize,
+    ) -> Result<bool, CudaError> {
+        self.clock += 1;
+        let Some(e) = self.entries.get_mut(head) else {
+            self.misses += 1;
+            return Ok(false);
+        };
+        e.last_use = self.clock;
+        self.hits += 1;
+        let run = head.len() * shape.row_bytes;
+        let (dk, dv) = slot_rows(kv, shape, slot);
+        copy_runs(
+            gpu,
+            (e.k.ptr, e.v.ptr, run),
+            (dk, dv, layer_bytes(kv, shape)),
+            run,
+            shape,
+        )?;
+        Ok(true)
+    }
+
+    /// Stores positions `0..head.len()` of `slot`'s cache as `head`'s rows (evicting the
+    /// least recently used head when full). Enqueued on the stream after the prefill that
+    /// wrote them.
+    pub fn store(
+        &mut self,
+        gpu: &Gpu,
+        head: &[PromptPosition],
+        kv: Kv,
+        shape: CacheShape,
+        slot: usize,
+    ) -> Result<(), CudaError> {
+        if !self.enabled() || head.is_empty() || self.entries.contains_key(head) {
+            return Ok(());
+        }
+        if self.entries.len() >= self.capacity {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_use)
+                .map(|(key, _)| key.clone());
+            if let Some(key) = oldest {
+                self.entries.remove(&key);
+            }
+        }
+        let run = head.len() * shape.row_bytes;
+        let k = gpu.zeros::<u8>(shape.layers * run)?;
+        let v = gpu.zeros::<u8>(shape.layers * run)?;
+        let (sk, sv) = slot_rows(kv, shape, slot);
+        copy_runs(
+            gpu,
+            (sk, sv, layer_bytes(kv, shape)),
+            (k.ptr, v.ptr, run),
+            run,
+            shape,
+        )?;
+        self.clock += 1;
+        let last_use = self.clock;
+        self.entries.insert(head.to_vec(), Entry { k, v, last_use });
+        Ok(())
+    }
+}
+
+/// Bytes between one layer's cache and the next.
+fn layer_bytes(kv: Kv, shape: CacheShape) -> usize {
+    kv.rows * kv.max_pos * shape.row_bytes
+}
+
+/// Addresses of position 0 of `slot` in layer 0 of the K and V caches.
+fn slot_rows(kv: Kv, shape: CacheShape, slot: usize) -> (u64, u64) {
+    let off = (slot * kv.max_pos * shape.row_bytes) as u64;
+    (kv.k + off, kv.v + off)
+}
+
+/// One launch: for each layer, `run` bytes from (src K, src V) + layer · src stride to
+/// (dst K, dst V) + layer · dst stride.
+fn copy_runs(
+    gpu: &Gpu,
+    (sk, sv, s_stride): (u64, u64, usize),
+    (dk, dv, d_stride): (u64, u64, usize),
+    run: usize,
+    shape: CacheShape,
+) -> Result<(), CudaError> {
+    let units = |b: usize| -> Result<i32, CudaError> {
+        if !b.is_multiple_of(16) {
+            return Err(CudaError::Shape(format!(
+                "prefix copy of {b} bytes is not whole 16-byte pieces"
+            )));
+        }
+        i32::try_from(b / 16)
+            .map_err(|_| CudaError::Shape(format!("prefix copy stride {b} too large")))
+    };
+    let n16 = units(run)?;
+    let blocks = (n16 as u32).div_ceil(256).clamp(1, 64);
+    gpu.launch(
+        "copy_runs2",
+        (blocks, shape.layers as u32, 2),
+        256,
+        &[
+            Arg::P(sk),
+            Arg::P(sv),
+            Arg::P(dk),
+            Arg::P(dv),
+            Arg::I(units(s_stride)?),
+            Arg::I(units(d_stride)?),
+            Arg::I(n16),
+        ],
+    )
+}
