@@ -39,6 +39,27 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// The linear kernels' epilogue (gemv.cu, mma.cu, mma_cluster.cu) for output n of row m:
+// with act 2, `v` and `up` are the sums of the (gate, up) weight rows (n, n+1) and
+// y[m][n/2] = silu(gate)·up; otherwise y[m][n] = act(v) (act 1: SiLU). The bias comes
+// first, the residual `res` (which may alias y) last.
+__device__ __forceinline__ void linear_store(float v, float up, int n, int m, int act,
+                                             const float* __restrict__ bias, const float* res,
+                                             int ldr, float* Y, int ldy) {
+    if (act == 2) {
+        if (bias) { v += bias[n]; up += bias[n + 1]; }
+        float o = silu(v) * up;
+        const int col = n / 2;
+        if (res) o += res[(size_t)m * ldr + col];
+        Y[(size_t)m * ldy + col] = o;
+    } else {
+        if (bias) v += bias[n];
+        if (act == 1) v = silu(v);
+        if (res) v += res[(size_t)m * ldr + n];
+        Y[(size_t)m * ldy + n] = v;
+    }
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
 __device__ float block_sum(float v, float* scratch /* >= 33 floats */) {
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;

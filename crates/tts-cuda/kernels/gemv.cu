@@ -123,23 +123,12 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ W, int N, int
     for (int p = 0; p < ksplit; p++) a += s_part[warp + p][lane];
     const int n = n0 + r;
     if (m >= rows_valid || n >= N) return;
+    float up = 0.f;
     if (act == 2) {
         if (r != 0) return;
-        float up = 0.f;
         for (int p = 0; p < ksplit; p++) up += s_part[warp + p][M + m];
-        float gt = a;
-        if (bias) { gt += bias[n]; up += bias[n + 1]; }
-        int o = n / 2;
-        float v = silu(gt) * up;
-        if (res) v += res[(size_t)m * ldr + o];
-        Y[(size_t)m * ldy + o] = v;
-    } else {
-        float v = a;
-        if (bias) v += bias[n];
-        if (act == 1) v = silu(v);
-        if (res) v += res[(size_t)m * ldr + n];
-        Y[(size_t)m * ldy + n] = v;
     }
+    linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
 }
 
 #define GEMV_ENTRY(MM)                                                                          \

@@ -116,24 +116,14 @@ __device__ __forceinline__ void mma_linear_body(const bf16* __restrict__ W, int 
         float v = 0.f;
 #pragma unroll
         for (int w = 0; w < MMA_WARPS; w++) v += s_red[w][tq][l];
+        float up = 0.f;
         if (act == 2) {
             // (gate, up) rows are (n, n+1): the up row is lane l + 4 (g + 1)
             if (gg & 1) continue;
-            float up = 0.f;
 #pragma unroll
             for (int w = 0; w < MMA_WARPS; w++) up += s_red[w][tq][l + 4];
-            float gt = v;
-            if (bias) { gt += bias[n]; up += bias[n + 1]; }
-            float o = silu(gt) * up;
-            int col = n / 2;
-            if (res) o += res[(size_t)m * ldr + col];
-            Y[(size_t)m * ldy + col] = o;
-        } else {
-            if (bias) v += bias[n];
-            if (act == 1) v = silu(v);
-            if (res) v += res[(size_t)m * ldr + n];
-            Y[(size_t)m * ldy + n] = v;
         }
+        linear_store(v, up, n, m, act, bias, res, ldr, Y, ldy);
     }
 }
 

@@ -207,21 +207,7 @@ __device__ __forceinline__ void mma_cluster_body(const bf16* __restrict__ W, int
             if (act == 2) u += mc_ld_cluster(mc_map(pu, b));
         }
         const float inv = s_inv[m];
-        const int n = n0 + nl;
-        float v = a * inv;
-        if (act == 2) {
-            float up = u * inv;
-            if (bias) { v += bias[n]; up += bias[n + 1]; }
-            float o = silu(v) * up;
-            const int col = n / 2;
-            if (res) o += res[(size_t)m * ldr + col];
-            Y[(size_t)m * ldy + col] = o;
-        } else {
-            if (bias) v += bias[n];
-            if (act == 1) v = silu(v);
-            if (res) v += res[(size_t)m * ldr + n];
-            Y[(size_t)m * ldy + n] = v;
-        }
+        linear_store(a * inv, u * inv, n0 + nl, m, act, bias, res, ldr, Y, ldy);
     }
     mc_cluster_sync();
 }

@@ -363,11 +363,7 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         ("cp head", 2048, 1024),
     ];
     let mut scratch = GemmScratch::new(gpu, 128, 6144, 12288)?;
-    let path = |p| LinearPaths {
-        force: Some(p),
-        cluster: gpu.clusters,
-        ..Default::default()
-    };
+    let path = |p| LinearPaths::forced(p, gpu.clusters);
     let (gemv, tc, cublas, cluster) = (
         LinearPath::Gemv,
         LinearPath::TensorCores,

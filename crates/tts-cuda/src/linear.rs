@@ -113,11 +113,19 @@ pub fn linear(
         // its row copies move 16-byte pieces
         path = LinearPath::Cublas;
     }
+    let call = RowCall {
+        x,
+        norm: (norm_p, eps),
+        act,
+        epilogue: (bias, res_p, ldr),
+        y,
+        ldy,
+    };
     if path == LinearPath::Gemv {
-        return gemv(gpu, l, x, (norm_p, eps), act, (bias, res_p, ldr), y, ldy);
+        return gemv(gpu, l, &call);
     }
     if path == LinearPath::Cluster {
-        return cluster(gpu, l, x, (norm_p, eps), act, (bias, res_p, ldr), y, ldy);
+        return cluster(gpu, l, &call);
     }
     // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), both multiplied and
     // summed: f32-level accuracy from bf16 tensor cores.
@@ -215,18 +223,8 @@ pub fn cluster_smem(tile: usize, slice: usize) -> usize {
 }
 
 /// One launch of `mma_cluster.cu` for up to 64 rows.
-#[allow(clippy::too_many_arguments)]
-fn cluster(
-    gpu: &Gpu,
-    l: &Linear,
-    x: Rows,
-    (norm_p, eps): (u64, f32),
-    act: Act,
-    (bias, res_p, ldr): (u64, u64, usize),
-    y: u64,
-    ldy: usize,
-) -> Result<(), CudaError> {
-    let m = x.count;
+fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
+    let m = c.x.count;
     let cs = cluster_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("cluster linear cannot take {}x{}", l.n, l.k)))?;
     let (name, tile) = match m {
@@ -242,38 +240,47 @@ fn cluster(
         256,
         smem as u32,
         cs as u32,
-        &[
-            Arg::P(l.w.ptr),
-            Arg::I(l.n as i32),
-            Arg::I(l.k as i32),
-            Arg::P(x.ptr),
-            Arg::I(x.ld as i32),
-            Arg::P(norm_p),
-            Arg::F(eps),
-            Arg::P(bias),
-            Arg::I(act as i32),
-            Arg::P(res_p),
-            Arg::I(ldr as i32),
-            Arg::P(y),
-            Arg::I(ldy as i32),
-            Arg::I(m as i32),
-        ],
+        &row_kernel_args(l, c),
     )
 }
 
-/// One GEMV launch for up to 8 rows (`gemv.cu`).
-#[allow(clippy::too_many_arguments)]
-fn gemv(
-    gpu: &Gpu,
-    l: &Linear,
+/// One call of a row kernel (`gemv.cu`, `mma_cluster.cu`): input rows, the fused norm
+/// (gain pointer or 0, eps), activation, epilogue (bias or 0, residual or 0, its ld) and
+/// the output.
+struct RowCall {
     x: Rows,
-    (norm_p, eps): (u64, f32),
+    norm: (u64, f32),
     act: Act,
-    (bias, res_p, ldr): (u64, u64, usize),
+    epilogue: (u64, u64, usize),
     y: u64,
     ldy: usize,
-) -> Result<(), CudaError> {
-    let m = x.count;
+}
+
+/// The arguments `gemv.cu` and `mma_cluster.cu` share, in their order: weight and shape,
+/// input rows, norm, bias and activation, residual, output, row count.
+fn row_kernel_args(l: &Linear, c: &RowCall) -> [Arg; 14] {
+    let (bias, res, ldr) = c.epilogue;
+    [
+        Arg::P(l.w.ptr),
+        Arg::I(l.n as i32),
+        Arg::I(l.k as i32),
+        Arg::P(c.x.ptr),
+        Arg::I(c.x.ld as i32),
+        Arg::P(c.norm.0),
+        Arg::F(c.norm.1),
+        Arg::P(bias),
+        Arg::I(c.act as i32),
+        Arg::P(res),
+        Arg::I(ldr as i32),
+        Arg::P(c.y),
+        Arg::I(c.ldy as i32),
+        Arg::I(c.x.count as i32),
+    ]
+}
+
+/// One GEMV launch for up to 8 rows (`gemv.cu`).
+fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
+    let m = c.x.count;
     let name = match m {
         1 => "gemv_m1",
         2 => "gemv_m2",
@@ -291,22 +298,6 @@ fn gemv(
         name,
         (blocks, 1, 1),
         256,
-        &[
-            Arg::P(l.w.ptr),
-            Arg::I(l.n as i32),
-            Arg::I(l.k as i32),
-            Arg::P(x.ptr),
-            Arg::I(x.ld as i32),
-            Arg::P(norm_p),
-            Arg::F(eps),
-            Arg::P(bias),
-            Arg::I(act as i32),
-            Arg::P(res_p),
-            Arg::I(ldr as i32),
-            Arg::P(y),
-            Arg::I(ldy as i32),
-            Arg::I(m as i32),
-            Arg::I(ksplit as i32),
-        ],
+        &[&row_kernel_args(l, c)[..], &[Arg::I(ksplit as i32)]].concat(),
     )
 }

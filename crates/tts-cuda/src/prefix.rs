@@ -80,15 +80,7 @@ impl PrefixCache {
         };
         e.last_use = self.clock;
         self.hits += 1;
-        let run = head.len() * shape.row_bytes;
-        let (dk, dv) = slot_rows(kv, shape, slot);
-        copy_runs(
-            gpu,
-            (e.k.ptr, e.v.ptr, run),
-            (dk, dv, layer_bytes(kv, shape)),
-            run,
-            shape,
-        )?;
+        move_rows(gpu, (e.k.ptr, e.v.ptr), kv, shape, slot, head.len(), true)?;
         Ok(true)
     }
 
@@ -116,17 +108,10 @@ impl PrefixCache {
                 self.entries.remove(&key);
             }
         }
-        let run = head.len() * shape.row_bytes;
-        let k = gpu.zeros::<u8>(shape.layers * run)?;
-        let v = gpu.zeros::<u8>(shape.layers * run)?;
-        let (sk, sv) = slot_rows(kv, shape, slot);
-        copy_runs(
-            gpu,
-            (sk, sv, layer_bytes(kv, shape)),
-            (k.ptr, v.ptr, run),
-            run,
-            shape,
-        )?;
+        let bytes = shape.layers * head.len() * shape.row_bytes;
+        let k = gpu.zeros::<u8>(bytes)?;
+        let v = gpu.zeros::<u8>(bytes)?;
+        move_rows(gpu, (k.ptr, v.ptr), kv, shape, slot, head.len(), false)?;
         self.clock += 1;
         let last_use = self.clock;
         self.entries.insert(head.to_vec(), Entry { k, v, last_use });
@@ -134,15 +119,30 @@ impl PrefixCache {
     }
 }
 
-/// Bytes between one layer's cache and the next.
-fn layer_bytes(kv: Kv, shape: CacheShape) -> usize {
-    kv.rows * kv.max_pos * shape.row_bytes
-}
-
-/// Addresses of position 0 of `slot` in layer 0 of the K and V caches.
-fn slot_rows(kv: Kv, shape: CacheShape, slot: usize) -> (u64, u64) {
+/// Copies positions `0..len` of `slot` in every layer between the caches and an entry's
+/// (K, V) store `[layer][len][kv_dim]`: into the slot when `to_slot`, else out of it.
+fn move_rows(
+    gpu: &Gpu,
+    (ek, ev): (u64, u64),
+    kv: Kv,
+    shape: CacheShape,
+    slot: usize,
+    len: usize,
+    to_slot: bool,
+) -> Result<(), CudaError> {
+    let run = len * shape.row_bytes;
     let off = (slot * kv.max_pos * shape.row_bytes) as u64;
-    (kv.k + off, kv.v + off)
+    let cache = (
+        kv.k + off,
+        kv.v + off,
+        kv.rows * kv.max_pos * shape.row_bytes,
+    );
+    let entry = (ek, ev, run);
+    if to_slot {
+        copy_runs(gpu, entry, cache, run, shape)
+    } else {
+        copy_runs(gpu, cache, entry, run, shape)
+    }
 }
 
 /// One launch: for each layer, `run` bytes from (src K, src V) + layer · src stride to

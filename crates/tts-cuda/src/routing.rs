@@ -77,6 +77,16 @@ pub struct LinearPaths {
 }
 
 impl LinearPaths {
+    /// Every layer on `path` where it fits (benchmarks, parity tests); `cluster`: the
+    /// device runs the cluster kernels.
+    pub fn forced(path: LinearPath, cluster: bool) -> Self {
+        Self {
+            force: Some(path),
+            cluster,
+            ..Default::default()
+        }
+    }
+
     /// Whether `path` can run `m` rows of an `n × k` weight here.
     pub fn fits(&self, path: LinearPath, m: usize, n: usize, k: usize) -> bool {
         match path {

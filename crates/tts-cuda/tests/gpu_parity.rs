@@ -234,10 +234,9 @@ fn full_size_random_1_7b_matches_the_cpu_reference() {
 /// A prefill that finds its prompt head in the prefix cache (a second request with the same
 /// voice and language) prefills only its text and still gives the CPU reference's greedy
 /// codes, in both text modes; the first request of each head misses and stores it.
-fn prefix_hits_match(model: &Model, test: &str, frames: usize, exact: bool) {
-    let Some(mut gpu) = gpu_backend_with(model, test, exact) else {
-        return;
-    };
+/// Returns None (nothing run) without a GPU.
+fn prefix_hits_match(model: &Model, test: &str, frames: usize, exact: bool) -> Option<()> {
+    let mut gpu = gpu_backend_with(model, test, exact)?;
     let mut cpu = CpuBackend::new(model, 2).unwrap();
     let params = model.default_sampling(0).greedy();
     for (voice, mode) in [
@@ -283,17 +282,37 @@ fn prefix_hits_match(model: &Model, test: &str, frames: usize, exact: bool) {
         );
         eprintln!("{test} {mode:?}: {frames} frames identical after a prefix-cache hit");
     }
+    Some(())
 }
 
 #[test]
 fn prefix_cache_hits_give_the_cpu_reference_codes() {
     let model = Model::load("demo", LoadOptions::default()).unwrap();
-    prefix_hits_match(
-        &model,
-        "prefix_cache_hits_give_the_cpu_reference_codes",
-        12,
-        true,
+    let test = "prefix_cache_hits_give_the_cpu_reference_codes";
+    if prefix_hits_match(&model, test, 12, true).is_none() {
+        return; // no GPU: the full-size model is not worth building
+    }
+    // a cache of one head: each new head evicts the other, which then misses again
+    let opts = CudaOptions {
+        prefix_cache: 1,
+        ..options(true)
+    };
+    let mut gpu = open_backend(&model, test, opts).unwrap();
+    let params = model.default_sampling(0).greedy();
+    let mut misses = Vec::new();
+    for voice in ["ryan", "vivian", "ryan", "ryan"] {
+        let p = model
+            .prompt(&request("Hello there.", Some(voice), TextMode::Stream))
+            .unwrap();
+        synthesize(&mut gpu, &p, &params, 1, false).unwrap();
+        misses.push(gpu.prefix_stats().1);
+    }
+    assert_eq!(
+        misses,
+        [1, 2, 3, 3],
+        "{test}: eviction of the least recently used head"
     );
+    assert_eq!(gpu.prefix_stats().2, 1);
     if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_ok() {
         common::report_skip("prefix_cache_hits (random:1.7b): QWEN3_TTS_SKIP_FULL_SIZE set");
         return;
@@ -602,11 +621,7 @@ fn tensor_core_linear_matches_the_gemv() {
     };
     let scratch_for = |p: LinearPath, n: usize, k: usize| {
         let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
-        s.paths = LinearPaths {
-            force: Some(p),
-            cluster: gpu.clusters,
-            ..Default::default()
-        };
+        s.paths = LinearPaths::forced(p, gpu.clusters);
         s
     };
     let (gemv, tc, cublas, cluster) = (
