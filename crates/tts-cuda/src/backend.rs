@@ -536,6 +536,12 @@ impl Backend for CudaBackend {
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let n = r.prompt.positions.len();
+            if n == 0 {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: "an empty prompt has nothing to prefill".into(),
+                });
+            }
             let st = self.slot(r.slot)?;
             if st.stage != Stage::Fresh {
                 return Err(BackendError::SlotState {

@@ -131,3 +131,28 @@ fn batch_companions_do_not_change_a_request() {
         "frame-by-frame decode differs from whole decode"
     );
 }
+
+/// A prompt without positions is refused with an error, not a panic, and the slot stays
+/// usable.
+#[test]
+fn an_empty_prompt_is_an_error() {
+    let model = demo();
+    let mut cpu = CpuBackend::new(&model, 2).unwrap();
+    let params = model.default_sampling(0);
+    let slot = cpu.alloc_slot(&params).unwrap();
+    let mut empty = model.prompt(&request("Hello.", "ryan")).unwrap();
+    empty.positions.clear();
+    let err = cpu
+        .prefill(&[PrefillRow {
+            slot,
+            prompt: &empty,
+        }])
+        .unwrap_err();
+    assert!(err.to_string().contains("empty prompt"), "{err}");
+    let good = model.prompt(&request("Hello.", "ryan")).unwrap();
+    cpu.prefill(&[PrefillRow {
+        slot,
+        prompt: &good,
+    }])
+    .unwrap();
+}

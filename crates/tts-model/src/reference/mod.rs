@@ -221,6 +221,12 @@ impl Backend for CpuBackend {
         let mut x = Vec::new();
         let mut segments = Vec::with_capacity(rows.len());
         for r in rows {
+            if r.prompt.positions.is_empty() {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: "an empty prompt has nothing to prefill".into(),
+                });
+            }
             self.check_room(r.slot, r.prompt.positions.len())?;
             if self.slot_mut(r.slot)?.code0.is_some() {
                 return Err(BackendError::SlotState {
