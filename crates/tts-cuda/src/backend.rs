@@ -48,9 +48,10 @@ pub struct CudaOptions {
     pub autotune: bool,
     /// Launch the decoding kernels with programmatic dependent launch (sm_90 and newer).
     pub pdl: bool,
-    /// Run the batched linear layers (5..=64 rows) on the thread-block-cluster kernel
-    /// (`mma_cluster.cu`, one launch each) where the device and the shape allow (sm_90);
-    /// off: `to_bf16_rows` + `mma.cu` or cuBLAS, as before.
+    /// Let batched linear layers run on the thread-block-cluster kernel (`mma_cluster.cu`,
+    /// one launch each; sm_90) where the routing picks it (the static rule: the code
+    /// predictor's layers at 3..=16 rows); off: the GEMV, `to_bf16_rows` + `mma.cu` or
+    /// cuBLAS, as before.
     pub cluster_linear: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
