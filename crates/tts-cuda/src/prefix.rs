@@ -1,9 +1,10 @@
 //! The talker's prefix KV cache: the cache rows of a prompt's text-independent head
 //! (instructions, role, codec prefix, `tts_bos`; `Prompt::head_len`), kept per distinct
 //! head, so a request whose voice, language and instructions were seen before prefills
-//! only its text. The rows are what a full prefill writes for those positions (attention
-//! is causal and the head always runs in the same prefill graph), so a hit changes which
-//! kernels compute the remaining positions, not the prompt's meaning.
+//! only its text. Attention is causal, so the head's rows do not depend on what follows
+//! it: a hit gives the same values up to rounding (the prefill that stored them may have
+//! run other kernels, which the token count picks, as any two batch sizes may), and
+//! changes which kernels compute the remaining positions, not the prompt's meaning.
 //!
 //! Entries hold K and V as `[layer][head_len][kv_dim]`; least recently used goes first.
 
