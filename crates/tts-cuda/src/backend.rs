@@ -233,6 +233,14 @@ impl CudaBackend {
             "model on the GPU"
         );
         let t = &model.config.talker;
+        let prefix = PrefixCache::new(
+            opts.prefix_cache,
+            talker_kv(&ws),
+            CacheShape {
+                layers: talker.stack.layers.len(),
+                row_bytes: talker.stack.dims.kv_dim() * ws.kv_elem,
+            },
+        );
         let info = BackendInfo {
             name: model.name.clone(),
             device: format!("cuda:{} ({})", opts.device, gpu.name),
@@ -259,7 +267,7 @@ impl CudaBackend {
             talker_layers,
             slots: (0..opts.limits.max_slots).map(|_| None).collect(),
             graphs: HashMap::new(),
-            prefix: PrefixCache::new(opts.prefix_cache),
+            prefix,
             opts,
             text_vocab: t.text_vocab_size,
             tuning,
@@ -561,18 +569,12 @@ impl Backend for CudaBackend {
             // rows and prefills only the rest (at least the last position, whose output
             // samples code 0).
             let head = r.prompt.head_len.min(n - 1);
-            let shape = CacheShape {
-                layers: self.talker.stack.layers.len(),
-                row_bytes: self.talker.stack.dims.kv_dim() * self.ws.kv_elem,
-            };
             let slot = r.slot.0 as usize;
             let heads = &r.prompt.positions[..head];
             let cached = start == 0
                 && head > 0
                 && self.prefix.enabled()
-                && self
-                    .prefix
-                    .restore(&self.gpu, heads, talker_kv(&self.ws), shape, slot)?;
+                && self.prefix.restore(&self.gpu, heads, slot)?;
             let skip = if cached { head } else { 0 };
             let todo = &r.prompt.positions[skip..];
             let m = todo.len();
@@ -617,8 +619,7 @@ impl Backend for CudaBackend {
                 prefill(&self.gpu, &self.talker, &self.ws, m, 1, self.rules)?;
             }
             if start == 0 && head > 0 && !cached {
-                self.prefix
-                    .store(&self.gpu, heads, talker_kv(&self.ws), shape, slot)?;
+                self.prefix.store(&self.gpu, heads, slot)?;
             }
             let code = self.gpu.read(&self.ws.codes, 1)?[0] as u32;
             let st = self.slot(r.slot)?;

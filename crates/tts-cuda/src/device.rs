@@ -32,10 +32,6 @@ pub const KERNELS: &[&str] = &[
     "mma_linear_t2",
     "mma_linear_t4",
     "mma_linear_t8",
-    "mma_cluster_t1",
-    "mma_cluster_t2",
-    "mma_cluster_t4",
-    "mma_cluster_t8",
     "qk_norm_rope_kv",
     "qk_norm_rope_kv_f32",
     "decode_attention",
@@ -58,17 +54,14 @@ pub const KERNELS: &[&str] = &[
     "sample_cp",
 ];
 
-/// The thread-block-cluster linear kernels (`mma_cluster.cu`, sm_90 and newer).
+/// The thread-block-cluster linear kernels (`mma_cluster.cu`, sm_90 and newer); PDL-ready
+/// like `KERNELS`.
 pub const CLUSTER_KERNELS: &[&str] = &[
     "mma_cluster_t1",
     "mma_cluster_t2",
     "mma_cluster_t4",
     "mma_cluster_t8",
 ];
-
-/// Most dynamic shared memory a cluster linear block asks for (64 rows of a 256-wide
-/// slice, `linear::cluster_smem`).
-pub const CLUSTER_MAX_SMEM: usize = 64 * (256 * 4 + 64);
 
 /// Persistent kernels (`persistent.cu`): one block per multiprocessor, grid barriers inside,
 /// so never launched with PDL (every block must find its multiprocessor free).
@@ -124,7 +117,7 @@ pub struct Gpu {
     pub arch: String,
     /// Streaming multiprocessors (the grid of a persistent kernel).
     pub sm_count: u32,
-    /// Thread-block clusters of up to 16 blocks with `CLUSTER_MAX_SMEM` bytes each are
+    /// Thread-block clusters of up to 16 blocks with `linear::CLUSTER_MAX_SMEM` bytes each are
     /// available to the cluster linear kernels (sm_90 and newer).
     pub clusters: bool,
 }
@@ -159,7 +152,7 @@ impl Gpu {
         let cubin = compile::module_cubin(&arch)?;
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
-        for &k in KERNELS {
+        for &k in KERNELS.iter().chain(CLUSTER_KERNELS) {
             funcs.insert(k, (module.load_function(k)?, true));
         }
         for &k in crate::codec::KERNELS.iter().chain(PERSISTENT_KERNELS) {
@@ -182,7 +175,7 @@ impl Gpu {
                 let f = &funcs[k].0;
                 f.set_attribute(
                     dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    CLUSTER_MAX_SMEM as i32,
+                    crate::linear::CLUSTER_MAX_SMEM as i32,
                 )?;
                 f.set_attribute(
                     dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,

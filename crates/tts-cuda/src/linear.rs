@@ -8,7 +8,9 @@
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
-pub use crate::routing::{cluster_split, LinearPath, LinearPaths, GEMV_MAX_ROWS, MMA_MAX_ROWS};
+pub use crate::routing::{
+    cluster_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE, GEMV_MAX_ROWS, MMA_MAX_ROWS,
+};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`.
 pub struct Linear {
@@ -216,11 +218,16 @@ pub fn linear(
     )
 }
 
-/// Bytes of dynamic shared memory a cluster linear block takes for `rows` rows padded to
-/// `tile` and a K slice of `slice`: the staged rows, which later hold the partial sums.
-pub fn cluster_smem(tile: usize, slice: usize) -> usize {
-    tile * (slice * 4 + 64).max(128 * 4)
+/// Bytes of dynamic shared memory a cluster linear block takes for rows padded to `tile`
+/// and a K slice of `slice`: the staged rows (64 bytes of padding each), whose space later
+/// holds the partial sums (128 outputs × `tile`).
+pub const fn cluster_smem(tile: usize, slice: usize) -> usize {
+    let row = slice * 4 + 64;
+    tile * if row > 128 * 4 { row } else { 128 * 4 }
 }
+
+/// The most a cluster linear block asks for: 64 rows of the widest slice.
+pub const CLUSTER_MAX_SMEM: usize = cluster_smem(MMA_MAX_ROWS, CLUSTER_MAX_SLICE);
 
 /// One launch of `mma_cluster.cu` for up to 64 rows.
 fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {

@@ -26,6 +26,9 @@ struct Entry {
 /// Heads' KV rows on the device, at most `capacity` of them.
 pub struct PrefixCache {
     capacity: usize,
+    /// The talker cache the rows come from and go to.
+    kv: Kv,
+    shape: CacheShape,
     entries: HashMap<Vec<PromptPosition>, Entry>,
     clock: u64,
     /// Prefills that found their head (counted for logs and tests).
@@ -42,9 +45,12 @@ pub struct CacheShape {
 }
 
 impl PrefixCache {
-    pub fn new(capacity: usize) -> Self {
+    /// A cache of up to `capacity` heads for the talker cache `kv` of geometry `shape`.
+    pub fn new(capacity: usize, kv: Kv, shape: CacheShape) -> Self {
         Self {
             capacity,
+            kv,
+            shape,
             entries: HashMap::new(),
             clock: 0,
             hits: 0,
@@ -70,8 +76,6 @@ impl PrefixCache {
         &mut self,
         gpu: &Gpu,
         head: &[PromptPosition],
-        kv: Kv,
-        shape: CacheShape,
         slot: usize,
     ) -> Result<bool, CudaError> {
         self.clock += 1;
@@ -81,7 +85,8 @@ impl PrefixCache {
         };
         e.last_use = self.clock;
         self.hits += 1;
-        move_rows(gpu, (e.k.ptr, e.v.ptr), kv, shape, slot, head.len(), true)?;
+        let rows = (e.k.ptr, e.v.ptr);
+        move_rows(gpu, rows, self.kv, self.shape, slot, head.len(), true)?;
         Ok(true)
     }
 
@@ -92,8 +97,6 @@ impl PrefixCache {
         &mut self,
         gpu: &Gpu,
         head: &[PromptPosition],
-        kv: Kv,
-        shape: CacheShape,
         slot: usize,
     ) -> Result<(), CudaError> {
         if !self.enabled() || head.is_empty() || self.entries.contains_key(head) {
@@ -109,10 +112,18 @@ impl PrefixCache {
                 self.entries.remove(&key);
             }
         }
-        let bytes = shape.layers * head.len() * shape.row_bytes;
+        let bytes = self.shape.layers * head.len() * self.shape.row_bytes;
         let k = gpu.zeros::<u8>(bytes)?;
         let v = gpu.zeros::<u8>(bytes)?;
-        move_rows(gpu, (k.ptr, v.ptr), kv, shape, slot, head.len(), false)?;
+        move_rows(
+            gpu,
+            (k.ptr, v.ptr),
+            self.kv,
+            self.shape,
+            slot,
+            head.len(),
+            false,
+        )?;
         self.clock += 1;
         let last_use = self.clock;
         self.entries.insert(head.to_vec(), Entry { k, v, last_use });

@@ -32,8 +32,11 @@ pub enum LinearPath {
     Cluster,
 }
 
+/// Widest K slice one block of `mma_cluster.cu` takes (its weights live in registers).
+pub const CLUSTER_MAX_SLICE: usize = 256;
+
 /// Blocks per cluster of `mma_cluster.cu` for an `n × k` weight: each block takes a K
-/// slice of 128..=256 (a multiple of 32), and the grid of (n / 128) clusters should reach
+/// slice of 128..=[`CLUSTER_MAX_SLICE`] (a multiple of 32), and the grid of (n / 128) clusters should reach
 /// about one block per multiprocessor (128): the fewest blocks per cluster that do (on
 /// the H200, aiming at two per multiprocessor with thinner slices measured 10-40 % slower).
 /// `None`: the kernel cannot take the shape.
@@ -43,7 +46,7 @@ pub fn cluster_split(n: usize, k: usize) -> Option<usize> {
     }
     let valid: Vec<usize> = [4usize, 8, 16]
         .into_iter()
-        .filter(|&cs| k.is_multiple_of(cs * 32) && (128..=256).contains(&(k / cs)))
+        .filter(|&cs| k.is_multiple_of(cs * 32) && (128..=CLUSTER_MAX_SLICE).contains(&(k / cs)))
         .collect();
     valid
         .iter()

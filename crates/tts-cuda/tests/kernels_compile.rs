@@ -17,6 +17,7 @@ fn kernels_compile_for_sm90() {
             // NUL-terminated string.
             let names = tts_cuda::device::KERNELS
                 .iter()
+                .chain(tts_cuda::device::CLUSTER_KERNELS)
                 .chain(tts_cuda::codec::KERNELS)
                 .chain(tts_cuda::device::PERSISTENT_KERNELS);
             for name in names {
