@@ -9,6 +9,7 @@ pub mod builtin;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod fp8;
 pub mod generate;
 pub mod model;
 pub mod prompt;
@@ -20,6 +21,7 @@ pub mod weights;
 
 pub use backend::{Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow};
 pub use error::{BackendError, ModelError, RequestError};
+pub use fp8::Fp8Scope;
 pub use model::{LoadOptions, Model};
 pub use prompt::{Prompt, SpeechRequest, TextMode};
 pub use sampling::SamplingParams;

@@ -15,9 +15,10 @@ use crate::backend::{
 use crate::checkpoint::{Init, WeightSource};
 use crate::config::NUM_CODE_GROUPS;
 use crate::error::{BackendError, ModelError};
+use crate::fp8::{self, Fp8Scope, LayerPart, Stack};
 use crate::model::Model;
 use crate::sampling::{choose, draw_uniform, process_talker_logits, SamplingParams, TalkerRules};
-use crate::weights::{CodePredictorW, CodecW, TalkerW, TensorLoader};
+use crate::weights::{CodePredictorW, CodecW, DecoderLayerW, TalkerW, TensorLoader};
 use code_predictor::CodePredictor;
 use codec::{CodecDecoder, CodecState};
 use stack::{CpuTensor, StackKv};
@@ -49,12 +50,19 @@ pub struct CpuModel {
 
 impl CpuModel {
     pub fn load(model: &Model) -> Result<Self, ModelError> {
+        Self::load_with(model, Fp8Scope::None)
+    }
+
+    /// Loads the model with the decoder-layer matrices of `fp8` replaced by their FP8
+    /// values ([`crate::fp8`]): the numbers an FP8 backend computes with.
+    pub fn load_with(model: &Model, fp8: Fp8Scope) -> Result<Self, ModelError> {
         let cfg = &model.config;
-        let talker = Talker::new(cfg, TalkerW::load(cfg, &mut CpuLoader(&model.weights))?);
-        let code_predictor = CodePredictor::new(
-            cfg,
-            CodePredictorW::load(cfg, &mut CpuLoader(&model.weights))?,
-        );
+        let mut tw = TalkerW::load(cfg, &mut CpuLoader(&model.weights))?;
+        fp8_round_trip(&mut tw.layers, fp8, Stack::Talker);
+        let talker = Talker::new(cfg, tw);
+        let mut cw = CodePredictorW::load(cfg, &mut CpuLoader(&model.weights))?;
+        fp8_round_trip(&mut cw.layers, fp8, Stack::CodePredictor);
+        let code_predictor = CodePredictor::new(cfg, cw);
         let codec = load_codec(model)?;
         Ok(Self {
             talker,
@@ -77,6 +85,25 @@ impl CpuModel {
             }
         }
         e
+    }
+}
+
+/// Rounds the matrices of `layers` that `scope` covers to their FP8 values.
+fn fp8_round_trip(layers: &mut [DecoderLayerW<CpuTensor>], scope: Fp8Scope, stack: Stack) {
+    for l in layers {
+        let mut chosen: Vec<&mut CpuTensor> = Vec::new();
+        if scope.covers(stack, LayerPart::Attention) {
+            let a = &mut l.attn;
+            chosen.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj]);
+        }
+        if scope.covers(stack, LayerPart::Mlp) {
+            chosen.extend([&mut l.gate_proj, &mut l.up_proj, &mut l.down_proj]);
+        }
+        for t in chosen {
+            let rows = t.shape[0];
+            let cols = t.data.len() / rows.max(1);
+            fp8::round_trip(&mut t.data, rows, cols);
+        }
     }
 }
 
@@ -125,6 +152,12 @@ impl CpuBackend {
     /// Builds the backend; `max_slots` bounds concurrent requests.
     pub fn new(model: &Model, max_slots: usize) -> Result<Self, ModelError> {
         let cpu = CpuModel::load(model)?;
+        Ok(Self::from_cpu_model(Arc::new(cpu), model, max_slots))
+    }
+
+    /// Builds the backend with the FP8 weights of `fp8` (see [`CpuModel::load_with`]).
+    pub fn with_fp8(model: &Model, max_slots: usize, fp8: Fp8Scope) -> Result<Self, ModelError> {
+        let cpu = CpuModel::load_with(model, fp8)?;
         Ok(Self::from_cpu_model(Arc::new(cpu), model, max_slots))
     }
 
