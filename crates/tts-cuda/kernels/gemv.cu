@@ -2,7 +2,9 @@
 //
 //   y[m][n] = epilogue( sum_k xin[m][k] * W[n][k] ),   m < M (batch rows), n < N
 //
-// Layout: W bf16 row-major [N][K] (K % 8 == 0); x f32 [M][ldx]; y f32 [M][ldy].
+// Layout: W bf16 row-major [N][K] (K % 8 == 0), or for the `gemv8_*` entries E4M3 codes
+// row-major [N][K] (K % 16 == 0) with one f32 scale per row (`scales[n]`, applied to the
+// row's sum: W[n][k] = e4m3(code) · scales[n], see tts_model::fp8); x f32 [M][ldx]; y f32 [M][ldy].
 // Prologue (optional): xin = g ⊙ x / sqrt(mean(x²) + eps) per row (RMSNorm fused; g f32 [K]).
 // Epilogue: v = acc (+ bias[n]); act 1: v = silu(v); act 2: rows (2i, 2i+1) are a
 //   (gate, up) pair and y[m][i] = silu(gate) * up; then y = (res ? res[m][n] : 0) + v
@@ -10,50 +12,146 @@
 // Grid: 256-thread blocks of 8 warps. A warp owns R = 2 output rows and a K slice: with
 // `ksplit` S (1, 2 or 4) the 8 warps form 8/S groups of S warps, group g taking rows
 // 2(blk·8/S + g) .. +1 and warp w%S the S-th part of K — so layers with few rows still
-// fill the GPU. Lanes stream 16-byte weight chunks, up to 4 in flight per row. Partial
-// sums meet in shared memory in a fixed order: a row's result never depends on M.
-// Rows m >= rows_valid write nothing. Blocks: ceil(N / (16 / S)).
+// fill the GPU. Lanes stream 16-byte weight chunks (8 bf16 or 16 E4M3 weights), up to 4
+// in flight per row. Partial sums meet in shared memory in a fixed order: a row's result
+// never depends on M. Rows m >= rows_valid write nothing. Blocks: ceil(N / (16 / S)).
 
 #define GEMV_R 2
 #define GEMV_U 4
 #define GEMV_WARPS 8
 
+// f32 of an IEEE half bit pattern.
+__device__ __forceinline__ float half_bits_to_f32(unsigned int h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+}
+
+// The four E4M3 codes of `u` (byte 0 first) as f32, exactly.
+__device__ __forceinline__ void e4m3x4_to_f32(unsigned int u, float* f) {
+#if __CUDA_ARCH__ >= 890
+    unsigned int lo, hi;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"((unsigned short)(u & 0xffffu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"((unsigned short)(u >> 16)));
+    const float k = 1.0f;
+#else
+    // E4M3's exponent and mantissa bits placed in a half's: the half is the value / 256
+    // (bias 15 vs 7), subnormals included.
+    unsigned int b0 = u & 0xffu, b1 = (u >> 8) & 0xffu, b2 = (u >> 16) & 0xffu, b3 = u >> 24;
+    auto h = [](unsigned int b) { return ((b & 0x80u) << 8) | ((b & 0x7fu) << 7); };
+    unsigned int lo = h(b0) | (h(b1) << 16), hi = h(b2) | (h(b3) << 16);
+    const float k = 256.0f;
+#endif
+    f[0] = half_bits_to_f32(lo & 0xffffu) * k;
+    f[1] = half_bits_to_f32(lo >> 16) * k;
+    f[2] = half_bits_to_f32(hi & 0xffffu) * k;
+    f[3] = half_bits_to_f32(hi >> 16) * k;
+}
+
+// acc[r][m] += Σ_i xin[m][idx + i] · wf[r][i] over one octet of K (i < 8).
 template <int M>
-__device__ __forceinline__ void gemv_body(const bf16* __restrict__ W, int N, int K,
+__device__ __forceinline__ void gemv_octet(float (&acc)[GEMV_R][M], const float (&wf)[GEMV_R][8],
+                                           int idx, const float* __restrict__ X, int ldx,
+                                           const float* __restrict__ norm_w, const float* s_inv) {
+    float gv[8];
+    if (norm_w) {
+        const float4* gp = (const float4*)(norm_w + idx);
+        float4 ga = gp[0], gb = gp[1];
+        gv[0] = ga.x; gv[1] = ga.y; gv[2] = ga.z; gv[3] = ga.w;
+        gv[4] = gb.x; gv[5] = gb.y; gv[6] = gb.z; gv[7] = gb.w;
+    }
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const float4* xp = (const float4*)(X + (size_t)m * ldx + idx);
+        float4 a = xp[0], b = xp[1];
+        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (norm_w) {
+            float inv = s_inv[m];
+#pragma unroll
+            for (int i = 0; i < 8; i++) xv[i] = gv[i] * (xv[i] * inv);
+        }
+#pragma unroll
+        for (int r = 0; r < GEMV_R; r++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[r][m] = fmaf(xv[i], wf[r][i], acc[r][m]);
+    }
+}
+
+// F8: W holds E4M3 codes and `scales` one factor per row; else W is bf16.
+template <int M, bool F8>
+__device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, int K,
                                           const float* __restrict__ X, int ldx,
                                           const float* __restrict__ norm_w, float eps,
                                           const float* __restrict__ bias, int act,
                                           const float* res, int ldr, float* Y, int ldy,
-                                          int rows_valid, int ksplit) {
+                                          int rows_valid, int ksplit,
+                                          const float* __restrict__ scales) {
+    // elements per 16-byte chunk, a warp's K step, bytes per element
+    constexpr int EPL = F8 ? 16 : 8, STEP = 32 * EPL, EB = F8 ? 1 : 2;
+    const unsigned char* W = (const unsigned char*)Wv;
     __shared__ float s_inv[M];
     __shared__ float s_part[GEMV_WARPS][GEMV_R * M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int groups = GEMV_WARPS / ksplit;
     const int g = warp / ksplit, part = warp % ksplit;
     const int n0 = (blockIdx.x * groups + g) * GEMV_R;
-    // this warp's K slice, in whole 256-element steps
-    const int steps = (K + 255) / 256;
+    // this warp's K slice, in whole steps
+    const int steps = (K + STEP - 1) / STEP;
     const int per = (steps + ksplit - 1) / ksplit;
-    const int k_begin = part * per * 256, k_end = min(K, (part + 1) * per * 256);
-    // The weights do not depend on earlier kernels: start fetching the first pass of this
-    // lane's chunks while the previous kernel may still be running, then wait for it.
-    if (n0 < N) {
+    const int k_begin = part * per * STEP, k_end = min(K, (part + 1) * per * STEP);
+    const unsigned char* wrow[GEMV_R];
+#pragma unroll
+    for (int r = 0; r < GEMV_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * K * EB;
+    // One pass: GEMV_U 16-byte chunks of each of the warp's rows per lane.
+    uint4 w[GEMV_U][GEMV_R];
+    auto load_pass = [&](int kb) {
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++) {
-            int idx = k_begin + lane * 8 + u * 256;
+            int idx = kb + u * STEP;
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++)
-                if (idx < k_end) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + idx);
+                w[u][r] = idx < k_end ? __ldg((const uint4*)(wrow[r] + (size_t)idx * EB))
+                                      : make_uint4(0, 0, 0, 0);
+        }
+    };
+    // The weights do not depend on earlier kernels: load this lane's first pass into
+    // registers (and ask L2 for the second) while the previous kernel may still be
+    // running, then wait for it.
+    const int kb0 = k_begin + lane * EPL;
+    if (n0 < N) {
+        load_pass(kb0);
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            int idx = kb0 + (GEMV_U + u) * STEP;
+#pragma unroll
+            for (int r = 0; r < GEMV_R; r++)
+                if (idx < k_end) prefetch_l2(wrow[r] + (size_t)idx * EB);
         }
     }
     pdl_wait();
     pdl_trigger();
     if (norm_w) {
-        for (int m = warp; m < M; m += GEMV_WARPS) {
+        // every thread sums squares over a few float4 of each row (independent loads, no
+        // serial walk over K), the warps' sums meet in shared memory in a fixed order
+        __shared__ float s_sq[GEMV_WARPS][M];
+        const int k4 = K / 4;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const float4* xr = (const float4*)(X + (size_t)m * ldx);
             float s = 0.f;
-            for (int k = lane; k < K; k += 32) { float v = X[(size_t)m * ldx + k]; s += v * v; }
+            for (int i = threadIdx.x; i < k4; i += 32 * GEMV_WARPS) {
+                float4 v = xr[i];
+                s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
             s = warp_sum(s);
-            if (lane == 0) s_inv[m] = 1.0f / sqrtf(s / (float)K + eps);
+            if (lane == 0) s_sq[warp][m] = s;
+        }
+        __syncthreads();
+        if (threadIdx.x < M) {
+            float t = 0.f;
+#pragma unroll
+            for (int wp = 0; wp < GEMV_WARPS; wp++) t += s_sq[wp][threadIdx.x];
+            s_inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + eps);
         }
         __syncthreads();
     }
@@ -64,46 +162,30 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ W, int N, int
         for (int m = 0; m < M; m++) acc[r][m] = 0.f;
 
     if (n0 < N) {
-        const bf16* wrow[GEMV_R];
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * K;
-        for (int kb = k_begin + lane * 8; kb < k_end; kb += 256 * GEMV_U) {
-            uint4 w[GEMV_U][GEMV_R];
+        for (int kb = kb0; kb < k_end; kb += STEP * GEMV_U) {
+            if (kb != kb0) load_pass(kb);
 #pragma unroll
             for (int u = 0; u < GEMV_U; u++) {
-                int idx = kb + u * 256;
-#pragma unroll
-                for (int r = 0; r < GEMV_R; r++)
-                    w[u][r] = idx < k_end ? __ldg((const uint4*)(wrow[r] + idx)) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < GEMV_U; u++) {
-                int idx = kb + u * 256;
+                int idx = kb + u * STEP;
                 if (idx >= k_end) break;
                 float wf[GEMV_R][8];
+                if constexpr (F8) {
 #pragma unroll
-                for (int r = 0; r < GEMV_R; r++) unpack8(w[u][r], wf[r]);
-                float gv[8];
-                if (norm_w) {
-                    const float4* gp = (const float4*)(norm_w + idx);
-                    float4 ga = gp[0], gb = gp[1];
-                    gv[0] = ga.x; gv[1] = ga.y; gv[2] = ga.z; gv[3] = ga.w;
-                    gv[4] = gb.x; gv[5] = gb.y; gv[6] = gb.z; gv[7] = gb.w;
-                }
-#pragma unroll
-                for (int m = 0; m < M; m++) {
-                    const float4* xp = (const float4*)(X + (size_t)m * ldx + idx);
-                    float4 a = xp[0], b = xp[1];
-                    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-                    if (norm_w) {
-                        float inv = s_inv[m];
-#pragma unroll
-                        for (int i = 0; i < 8; i++) xv[i] = gv[i] * (xv[i] * inv);
+                    for (int r = 0; r < GEMV_R; r++) {
+                        e4m3x4_to_f32(w[u][r].x, wf[r]);
+                        e4m3x4_to_f32(w[u][r].y, wf[r] + 4);
                     }
+                    gemv_octet<M>(acc, wf, idx, X, ldx, norm_w, s_inv);
 #pragma unroll
-                    for (int r = 0; r < GEMV_R; r++)
+                    for (int r = 0; r < GEMV_R; r++) {
+                        e4m3x4_to_f32(w[u][r].z, wf[r]);
+                        e4m3x4_to_f32(w[u][r].w, wf[r] + 4);
+                    }
+                    gemv_octet<M>(acc, wf, idx + 8, X, ldx, norm_w, s_inv);
+                } else {
 #pragma unroll
-                        for (int i = 0; i < 8; i++) acc[r][m] = fmaf(xv[i], wf[r][i], acc[r][m]);
+                    for (int r = 0; r < GEMV_R; r++) unpack8(w[u][r], wf[r]);
+                    gemv_octet<M>(acc, wf, idx, X, ldx, norm_w, s_inv);
                 }
             }
         }
@@ -123,24 +205,31 @@ __device__ __forceinline__ void gemv_body(const bf16* __restrict__ W, int N, int
     for (int p = 0; p < ksplit; p++) a += s_part[warp + p][lane];
     const int n = n0 + r;
     if (m >= rows_valid || n >= N) return;
+    if constexpr (F8) a *= scales[n];
     float up = 0.f;
     if (act == 2) {
         if (r != 0) return;
         for (int p = 0; p < ksplit; p++) up += s_part[warp + p][M + m];
+        if constexpr (F8) up *= scales[n + 1];
     }
     linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
 }
 
-#define GEMV_ENTRY(MM)                                                                          \
-    extern "C" __global__ void __launch_bounds__(256) gemv_m##MM(                              \
-        const bf16* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,         \
+#define GEMV_ENTRY(NAME, MM, F8, WT)                                                           \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+        const WT* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,           \
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
-        const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit) {              \
-        gemv_body<MM>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy, rows_valid,    \
-                      ksplit);                                                                   \
+        const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
+        const float* __restrict__ scales) {                                                      \
+        gemv_body<MM, F8>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy, rows_valid, \
+                          ksplit, scales);                                                       \
     }
 
-GEMV_ENTRY(1)
-GEMV_ENTRY(2)
-GEMV_ENTRY(4)
-GEMV_ENTRY(8)
+// bf16 weights (`scales` unused)
+GEMV_ENTRY(gemv_m1, 1, false, bf16)
+GEMV_ENTRY(gemv_m2, 2, false, bf16)
+GEMV_ENTRY(gemv_m4, 4, false, bf16)
+GEMV_ENTRY(gemv_m8, 8, false, bf16)
+// E4M3 weights with per-row scales (one or two rows: `routing::fp8_gemv`)
+GEMV_ENTRY(gemv8_m1, 1, true, unsigned char)
+GEMV_ENTRY(gemv8_m2, 2, true, unsigned char)

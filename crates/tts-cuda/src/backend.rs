@@ -13,7 +13,7 @@ use tts_model::backend::{
 use tts_model::config::NUM_CODE_GROUPS;
 use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
-use tts_model::{BackendError, Model};
+use tts_model::{BackendError, Fp8Scope, Model};
 
 use crate::codec::{CodecPrecision, DevCodec};
 use crate::device::{Gpu, Graph};
@@ -66,6 +66,10 @@ pub struct CudaOptions {
     /// How far ahead the persistent kernels ask L2 for weights.
     pub cp_prefetch: Prefetch,
     pub talker_prefetch: Prefetch,
+    /// Decoder-layer matrices stored as E4M3 with row scales (`tts_model::fp8`): the GEMV
+    /// reads the 8-bit codes where `routing::fp8_gemv` measured it faster, every other
+    /// call a bf16 copy of the same values. None by default: the stored weights.
+    pub fp8: Fp8Scope,
 }
 
 impl Default for CudaOptions {
@@ -86,6 +90,7 @@ impl Default for CudaOptions {
             persistent_talker_rows: 0,
             cp_prefetch: Prefetch::CODE_PREDICTOR,
             talker_prefetch: Prefetch::TALKER,
+            fp8: Fp8Scope::None,
         }
     }
 }
@@ -161,8 +166,8 @@ impl CudaBackend {
         let mut gpu = Gpu::open(opts.device)?;
         gpu.pdl &= opts.pdl;
         let t0 = std::time::Instant::now();
-        let talker = DevTalker::load(&gpu, &model.config, &model.weights)?;
-        let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker)?;
+        let talker = DevTalker::load(&gpu, &model.config, &model.weights, opts.fp8)?;
+        let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker, opts.fp8)?;
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
         // Persistent kernels only when asked for (built, they would hold device memory).

@@ -346,8 +346,10 @@ pub struct KernelTiming {
 }
 
 /// Times linear layers on the release layer shapes for several row counts and each path
-/// that takes them (GEMV up to 8 rows, tensor cores, clusters, cuBLAS): each case is a graph of 64
-/// launches cycling through enough weight copies to defeat the L2 cache.
+/// that takes them (GEMV up to 8 rows, tensor cores, clusters, cuBLAS; the GEMV also over
+/// FP8 codes, `gemv8`, and with the fused RMSNorm, `+norm`): each case is a graph of 64
+/// launches cycling through enough weight copies to defeat the L2 cache. The bandwidth
+/// column counts the bytes of the weights the launch reads (1 per FP8 weight).
 pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
     use crate::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
     let shapes: &[(&str, usize, usize)] = &[
@@ -372,6 +374,7 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
     );
     let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
+    let gain: crate::device::DBuf<f32> = gpu.upload(&vec![1.0f32; 6144])?;
     let mut out = Vec::new();
     for &(name, n, k) in shapes {
         let bytes = n * k * 2;
@@ -382,8 +385,21 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         let layers: Vec<Linear> = (0..copies)
             .map(|_| Linear::new(gpu, &w, n, k, None))
             .collect::<Result<_, _>>()?;
+        let wf: Vec<f32> = w
+            .iter()
+            .map(|&b| half::bf16::from_bits(b).to_f32())
+            .collect();
+        let q = tts_model::fp8::Fp8Rows::quantize(&wf, n, k);
+        let layers8: Vec<Linear> = (0..(256 << 20) / (n * k) + 1)
+            .map(|_| Linear::new_fp8(gpu, &q, None))
+            .collect::<Result<_, _>>()?;
         let cases = [
             ("gemv", 1usize, path(gemv)),
+            ("gemv+norm", 1, path(gemv)),
+            ("gemv8", 1, path(gemv)),
+            ("gemv8+norm", 1, path(gemv)),
+            ("gemv", 2, path(gemv)),
+            ("gemv8", 2, path(gemv)),
             ("gemv", 4, path(gemv)),
             ("cluster", 4, path(cluster)),
             ("gemv", 8, path(gemv)),
@@ -404,17 +420,24 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
                 continue; // the path cannot take this shape here
             }
             scratch.paths = paths;
+            scratch.paths.fp8_codes = Some(label.starts_with("gemv8"));
             let scratch = &scratch;
             let launches = 64;
+            let set: &[Linear] = if label.starts_with("gemv8") {
+                &layers8
+            } else {
+                &layers
+            };
+            let norm = label.ends_with("+norm").then_some((gain.ptr, 1e-6));
             let enqueue = |gpu: &crate::device::Gpu| -> Result<(), CudaError> {
                 for i in 0..launches {
-                    let l = &layers[i % copies];
+                    let l = &set[i % set.len()];
                     let rows = Rows {
                         ptr: x.ptr,
                         ld: k,
                         count: m,
                     };
-                    linear(gpu, l, rows, None, Act::None, None, y.ptr, n, scratch)?;
+                    linear(gpu, l, rows, norm, Act::None, None, y.ptr, n, scratch)?;
                 }
                 Ok(())
             };
@@ -422,10 +445,15 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             g.launch()?;
             let ms = gpu.time_ms(|| (0..5).try_for_each(|_| g.launch()))?;
             let us = ms * 1e3 / (5 * launches) as f64;
+            let read = if label.starts_with("gemv8") {
+                n * k
+            } else {
+                bytes
+            };
             out.push(KernelTiming {
                 name: format!("{label} {name} [{n}x{k}] m={m}"),
                 us,
-                tb_per_s: bytes as f64 / (us * 1e-6) / 1e12,
+                tb_per_s: read as f64 / (us * 1e-6) / 1e12,
             });
         }
     }

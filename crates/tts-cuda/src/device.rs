@@ -28,6 +28,8 @@ pub const KERNELS: &[&str] = &[
     "gemv_m2",
     "gemv_m4",
     "gemv_m8",
+    "gemv8_m1",
+    "gemv8_m2",
     "mma_linear_t1",
     "mma_linear_t2",
     "mma_linear_t4",

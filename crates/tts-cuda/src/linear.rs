@@ -1,10 +1,15 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
+//! An FP8 layer ([`Linear::new_fp8`]) also keeps its E4M3 codes and row scales: the GEMV
+//! streams those (half the bytes) where `routing::fp8_gemv` measured it faster, every
+//! other call the bf16 copy of the same (dequantized, bf16-exact) weights.
 //! Four paths (`routing` picks one per call): a GEMV launch (up to 8 rows); one launch of
 //! `mma_cluster.cu` (up to 64 rows on tensor cores, norm and epilogue fused, sm_90); or the
 //! rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
 //! multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by cuBLAS
 //! followed by an epilogue kernel.
+
+use tts_model::fp8::Fp8Rows;
 
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
@@ -12,12 +17,20 @@ pub use crate::routing::{
     cluster_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE, GEMV_MAX_ROWS, MMA_MAX_ROWS,
 };
 
-/// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`.
+/// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
+/// layer the same weights as E4M3 codes with row scales.
 pub struct Linear {
     pub w: DBuf<u16>,
     pub n: usize,
     pub k: usize,
     pub bias: Option<DBuf<f32>>,
+    pub fp8: Option<Fp8Weight>,
+}
+
+/// E4M3 codes `[n][k]` and one f32 scale per row (`tts_model::fp8`).
+pub struct Fp8Weight {
+    pub codes: DBuf<u8>,
+    pub scales: DBuf<f32>,
 }
 
 impl Linear {
@@ -45,7 +58,30 @@ impl Linear {
             n,
             k,
             bias: bias.map(|b| gpu.upload(b)).transpose()?,
+            fp8: None,
         })
+    }
+
+    /// Uploads an FP8 weight: its codes and scales for the GEMV, and the dequantized
+    /// matrix (exact in bf16) for the other paths.
+    pub fn new_fp8(gpu: &Gpu, q: &Fp8Rows, bias: Option<&[f32]>) -> Result<Self, CudaError> {
+        if !q.cols.is_multiple_of(16) {
+            return Err(CudaError::Shape(format!(
+                "FP8 linear input width {} is not a multiple of 16",
+                q.cols
+            )));
+        }
+        let bf16: Vec<u16> = q
+            .dequantize()
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_bits())
+            .collect();
+        let mut l = Self::new(gpu, &bf16, q.rows, q.cols, bias)?;
+        l.fp8 = Some(Fp8Weight {
+            codes: gpu.upload(&q.codes)?,
+            scales: gpu.upload(&q.scales)?,
+        });
+        Ok(l)
     }
 }
 
@@ -124,7 +160,8 @@ pub fn linear(
         ldy,
     };
     if path == LinearPath::Gemv {
-        return gemv(gpu, l, &call);
+        let codes = l.fp8.is_some() && scratch.paths.fp8_codes(m, l.n, l.k, norm_p != 0);
+        return gemv(gpu, l, &call, codes);
     }
     if path == LinearPath::Cluster {
         return cluster(gpu, l, &call);
@@ -285,14 +322,15 @@ fn row_kernel_args(l: &Linear, c: &RowCall) -> [Arg; 14] {
     ]
 }
 
-/// One GEMV launch for up to 8 rows (`gemv.cu`).
-fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
+/// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
+/// FP8 layer (one or two rows), else over the bf16 weights.
+fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError> {
     let m = c.x.count;
-    let name = match m {
-        1 => "gemv_m1",
-        2 => "gemv_m2",
-        3 | 4 => "gemv_m4",
-        _ => "gemv_m8",
+    let bucket = match m {
+        1 => 0,
+        2 => 1,
+        3 | 4 => 2,
+        _ => 3,
     };
     // Split K over more warps when the layer has few rows, so it still fills the GPU.
     let ksplit = match l.n {
@@ -301,10 +339,18 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
         _ => 4,
     };
     let blocks = l.n.div_ceil(16 / ksplit) as u32;
-    gpu.launch(
-        name,
-        (blocks, 1, 1),
-        256,
-        &[&row_kernel_args(l, c)[..], &[Arg::I(ksplit as i32)]].concat(),
-    )
+    let mut args = row_kernel_args(l, c).to_vec();
+    args.push(Arg::I(ksplit as i32));
+    let name = match l.fp8.as_ref().filter(|_| codes && m <= 2) {
+        Some(f) => {
+            args[0] = Arg::P(f.codes.ptr);
+            args.push(Arg::P(f.scales.ptr));
+            ["gemv8_m1", "gemv8_m2"][bucket]
+        }
+        None => {
+            args.push(Arg::P(0));
+            ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket]
+        }
+    };
+    gpu.launch(name, (blocks, 1, 1), 256, &args)
 }

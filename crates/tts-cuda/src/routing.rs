@@ -32,6 +32,16 @@ pub enum LinearPath {
     Cluster,
 }
 
+/// Whether a GEMV of `m` rows over an FP8 layer of `n` × `k` streams the E4M3 codes
+/// (`gemv8_*`) rather than the bf16 copy of the same values (`norm`: with the fused
+/// RMSNorm). From the H200 kernel table (`bench/results/2026-12-01-h200-fp8`): the codes
+/// win at one or two rows on the large matrices without the norm (talker down 7.4 vs
+/// 9.2 µs at one row); with the norm, on the small matrices and at more rows the bf16
+/// GEMV, which keeps twice as many loads per multiply-add and fewer registers, is faster.
+pub fn fp8_gemv(m: usize, n: usize, k: usize, norm: bool) -> bool {
+    m <= 2 && !norm && n * k >= 8 << 20
+}
+
 /// Widest K slice one block of `mma_cluster.cu` takes (its weights live in registers).
 pub const CLUSTER_MAX_SLICE: usize = 256;
 
@@ -77,6 +87,9 @@ pub struct LinearPaths {
     pub cluster: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
+    /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,
+    /// benchmarks), else [`fp8_gemv`].
+    pub fp8_codes: Option<bool>,
 }
 
 impl LinearPaths {
@@ -88,6 +101,11 @@ impl LinearPaths {
             cluster,
             ..Default::default()
         }
+    }
+
+    /// Whether the GEMV of `m` rows over an FP8 `n × k` layer streams its E4M3 codes.
+    pub fn fp8_codes(&self, m: usize, n: usize, k: usize, norm: bool) -> bool {
+        m <= 2 && self.fp8_codes.unwrap_or_else(|| fp8_gemv(m, n, k, norm))
     }
 
     /// Whether `path` can run `m` rows of an `n × k` weight here.
@@ -264,6 +282,26 @@ pub fn autotune(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fp8_codes_go_to_the_gemvs_that_measured_faster_on_them() {
+        let rule = LinearPaths::default();
+        // talker down (12 Mi weights, no norm) at one and two rows
+        assert!(rule.fp8_codes(1, 2048, 6144, false) && rule.fp8_codes(2, 2048, 6144, false));
+        // with the fused norm, on small matrices and from three rows: the bf16 copy
+        assert!(!rule.fp8_codes(1, 12288, 2048, true));
+        assert!(!rule.fp8_codes(1, 1024, 2048, false));
+        assert!(!rule.fp8_codes(3, 2048, 6144, false));
+        let always = LinearPaths {
+            fp8_codes: Some(true),
+            ..Default::default()
+        };
+        assert!(always.fp8_codes(1, 1024, 2048, true));
+        assert!(
+            !always.fp8_codes(3, 1024, 2048, true),
+            "the FP8 kernels take two rows"
+        );
+    }
 
     #[test]
     fn static_rule_follows_the_measured_table() {

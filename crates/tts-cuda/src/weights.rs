@@ -1,10 +1,13 @@
 //! Model weights on the device, built from the same checkpoint walk as the CPU reference
 //! (`tts_model::weights`): matrices and embeddings in bf16, norms and biases in f32, the
 //! talker's q/k/v concatenated and gate/up interleaved (for the fused GEMV epilogue), and
-//! the code predictor's input projection folded into f32 embedding tables (1.7B).
+//! the code predictor's input projection folded into f32 embedding tables (1.7B). The
+//! decoder-layer matrices an [`Fp8Scope`] covers are quantized here with the CPU
+//! reference's quantizer (`tts_model::fp8`), row by row, after the concatenation.
 
 use tts_model::checkpoint::{HostTensor, Init, WeightSource};
 use tts_model::config::{ModelConfig, StackDims};
+use tts_model::fp8::{Fp8Rows, Fp8Scope, LayerPart, Stack};
 use tts_model::weights::{CodePredictorW, DecoderLayerW, LinearW, TalkerW, TensorLoader};
 
 use crate::device::{DBuf, GemmType, Gpu};
@@ -54,27 +57,65 @@ pub struct DevLayer {
     pub down: Linear,
 }
 
-impl DevLayer {
-    fn new(gpu: &Gpu, w: &DecoderLayerW<HostTensor>, d: &StackDims) -> Result<Self, CudaError> {
-        let h = d.hidden;
-        let mut qkv = w.attn.q_proj.to_bf16_bits();
-        qkv.extend(w.attn.k_proj.to_bf16_bits());
-        qkv.extend(w.attn.v_proj.to_bf16_bits());
-        let (g, u) = (w.gate_proj.to_bf16_bits(), w.up_proj.to_bf16_bits());
-        let mut gu = Vec::with_capacity(g.len() * 2);
-        for i in 0..d.intermediate {
-            gu.extend_from_slice(&g[i * h..(i + 1) * h]);
-            gu.extend_from_slice(&u[i * h..(i + 1) * h]);
+/// A layer matrix built from the rows of `parts` (concatenated, or interleaved row by
+/// row with `interleave`), in bf16 or, with `fp8`, quantized.
+fn layer_matrix(
+    gpu: &Gpu,
+    parts: &[&HostTensor],
+    k: usize,
+    interleave: bool,
+    fp8: bool,
+) -> Result<Linear, CudaError> {
+    let n: usize = parts.iter().map(|t| t.shape[0]).sum();
+    if fp8 {
+        let rows = stack_rows(parts.iter().map(|t| t.to_f32()).collect(), k, interleave);
+        Linear::new_fp8(gpu, &Fp8Rows::quantize(&rows, n, k), None)
+    } else {
+        let rows = stack_rows(
+            parts.iter().map(|t| t.to_bf16_bits()).collect(),
+            k,
+            interleave,
+        );
+        Linear::new(gpu, &rows, n, k, None)
+    }
+}
+
+/// The parts' rows of width `k` back to back, or taking one row of each part in turn.
+fn stack_rows<T: Copy>(parts: Vec<Vec<T>>, k: usize, interleave: bool) -> Vec<T> {
+    if !interleave || parts.len() == 1 {
+        return parts.concat();
+    }
+    let rows = parts[0].len() / k.max(1);
+    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for i in 0..rows {
+        for p in &parts {
+            out.extend_from_slice(&p[i * k..(i + 1) * k]);
         }
+    }
+    out
+}
+
+impl DevLayer {
+    fn new(
+        gpu: &Gpu,
+        w: &DecoderLayerW<HostTensor>,
+        d: &StackDims,
+        fp8: Fp8Scope,
+        stack: Stack,
+    ) -> Result<Self, CudaError> {
+        let h = d.hidden;
+        let attn8 = fp8.covers(stack, LayerPart::Attention);
+        let mlp8 = fp8.covers(stack, LayerPart::Mlp);
+        let a = &w.attn;
         Ok(Self {
             input_norm: f32_buf(gpu, &w.input_layernorm)?,
-            qkv: Linear::new(gpu, &qkv, d.q_dim() + 2 * d.kv_dim(), h, None)?,
-            q_norm: f32_buf(gpu, &w.attn.q_norm)?,
-            k_norm: f32_buf(gpu, &w.attn.k_norm)?,
-            o: matrix(gpu, &w.attn.o_proj)?,
+            qkv: layer_matrix(gpu, &[&a.q_proj, &a.k_proj, &a.v_proj], h, false, attn8)?,
+            q_norm: f32_buf(gpu, &a.q_norm)?,
+            k_norm: f32_buf(gpu, &a.k_norm)?,
+            o: layer_matrix(gpu, &[&a.o_proj], d.q_dim(), false, attn8)?,
             post_norm: f32_buf(gpu, &w.post_attention_layernorm)?,
-            gate_up: Linear::new(gpu, &gu, 2 * d.intermediate, h, None)?,
-            down: matrix(gpu, &w.down_proj)?,
+            gate_up: layer_matrix(gpu, &[&w.gate_proj, &w.up_proj], h, true, mlp8)?,
+            down: layer_matrix(gpu, &[&w.down_proj], d.intermediate, false, mlp8)?,
         })
     }
 }
@@ -104,6 +145,7 @@ impl DevStack {
         d: StackDims,
         layers: &[DecoderLayerW<HostTensor>],
         norm: &HostTensor,
+        fp8: (Fp8Scope, Stack),
     ) -> Result<Self, CudaError> {
         check_head_dim(d.head_dim)?;
         let base = d.rope_theta as f32;
@@ -114,7 +156,7 @@ impl DevStack {
             dims: d,
             layers: layers
                 .iter()
-                .map(|l| DevLayer::new(gpu, l, &d))
+                .map(|l| DevLayer::new(gpu, l, &d, fp8.0, fp8.1))
                 .collect::<Result<_, _>>()?,
             norm: f32_buf(gpu, norm)?,
             inv_freq: gpu.upload(&inv)?,
@@ -150,11 +192,16 @@ pub struct DevCodePredictor {
 }
 
 impl DevTalker {
-    pub fn load(gpu: &Gpu, cfg: &ModelConfig, src: &WeightSource) -> Result<Self, CudaError> {
+    pub fn load(
+        gpu: &Gpu,
+        cfg: &ModelConfig,
+        src: &WeightSource,
+        fp8: Fp8Scope,
+    ) -> Result<Self, CudaError> {
         let w = TalkerW::load(cfg, &mut HostLoader(src))?;
         let d = cfg.talker.dims();
         Ok(Self {
-            stack: DevStack::new(gpu, d, &w.layers, &w.norm)?,
+            stack: DevStack::new(gpu, d, &w.layers, &w.norm, (fp8, Stack::Talker))?,
             codec_embedding: gpu.upload(&w.codec_embedding.to_bf16_bits())?,
             text_embedding: gpu.upload(&w.text_embedding.to_bf16_bits())?,
             text_hidden: cfg.talker.text_hidden_size,
@@ -173,6 +220,7 @@ impl DevCodePredictor {
         cfg: &ModelConfig,
         src: &WeightSource,
         talker: &DevTalker,
+        fp8: Fp8Scope,
     ) -> Result<Self, CudaError> {
         let w = CodePredictorW::load(cfg, &mut HostLoader(src))?;
         let d = cfg.talker.code_predictor.dims();
@@ -233,7 +281,7 @@ impl DevCodePredictor {
             None => (None, None),
         };
         Ok(Self {
-            stack: DevStack::new(gpu, d, &w.layers, &w.norm)?,
+            stack: DevStack::new(gpu, d, &w.layers, &w.norm, (fp8, Stack::CodePredictor))?,
             embeddings,
             lm_heads: w
                 .lm_heads
@@ -272,7 +320,18 @@ fn add_bias_rows(
 
 #[cfg(test)]
 mod tests {
-    use super::check_head_dim;
+    use super::{check_head_dim, stack_rows};
+
+    #[test]
+    fn layer_rows_are_concatenated_or_interleaved() {
+        let (a, b) = (vec![1, 2, 3, 4], vec![5, 6, 7, 8]);
+        assert_eq!(
+            stack_rows(vec![a.clone(), b.clone()], 2, false),
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        // gate/up: row 0 of each, then row 1 of each
+        assert_eq!(stack_rows(vec![a, b], 2, true), [1, 2, 5, 6, 3, 4, 7, 8]);
+    }
 
     #[test]
     fn head_dims_the_attention_kernels_cannot_hold_are_refused() {

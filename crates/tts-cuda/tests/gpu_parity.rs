@@ -16,8 +16,10 @@ use std::path::Path;
 use tts_cuda::codec::CodecPrecision;
 use tts_cuda::{CudaBackend, CudaError, CudaOptions};
 use tts_model::generate::synthesize;
-use tts_model::reference::CpuBackend;
-use tts_model::{Backend, LoadOptions, Model, PrefillRow, SpeechRequest, StepRow, TextMode};
+use tts_model::reference::{CpuBackend, CpuModel};
+use tts_model::{
+    Backend, Fp8Scope, LoadOptions, Model, PrefillRow, Prompt, SpeechRequest, StepRow, TextMode,
+};
 
 /// `fixtures/` of the repository (`$QWEN3_TTS_FIXTURES` when the binary runs elsewhere).
 fn fixtures() -> std::path::PathBuf {
@@ -149,11 +151,40 @@ fn fixture_cases_give_the_official_greedy_codes_on_the_gpu() {
     }
 }
 
+/// The CPU reference's talker logits after prefilling `prompt`.
+fn cpu_prefill_logits(cm: &CpuModel, prompt: &Prompt) -> Vec<f32> {
+    let mut kv = tts_model::reference::stack::StackKv::new(cm.talker.stack.dims.layers);
+    let x = cm.talker.embed_prompt(prompt);
+    let h = cm
+        .talker
+        .forward(x, &[prompt.positions.len()], &mut [&mut kv]);
+    let hid = cm.talker.hidden();
+    cm.talker.logits(&h[h.len() - hid..], 1)
+}
+
 /// Greedy generation on both backends for `frames` frames; returns the GPU's prefill
 /// logits error and asserts the codes agree.
 fn compare_greedy(model: &Model, test: &str, frames: usize, exact: bool) -> Option<f32> {
-    let mut gpu = gpu_backend_with(model, test, exact)?;
-    let mut cpu = CpuBackend::new(model, 2).unwrap();
+    compare_greedy_fp8(model, test, frames, exact, Fp8Scope::None)
+}
+
+/// [`compare_greedy`] with the FP8 weights of `fp8` on both backends.
+fn compare_greedy_fp8(
+    model: &Model,
+    test: &str,
+    frames: usize,
+    exact: bool,
+    fp8: Fp8Scope,
+) -> Option<f32> {
+    let mut gpu = open_backend(
+        model,
+        test,
+        CudaOptions {
+            fp8,
+            ..options(exact)
+        },
+    )?;
+    let mut cpu = CpuBackend::with_fp8(model, 2, fp8).unwrap();
     let req = request(
         "The quick brown fox jumps over the lazy dog.",
         Some("ryan"),
@@ -171,14 +202,7 @@ fn compare_greedy(model: &Model, test: &str, frames: usize, exact: bool) -> Opti
     let vocab = model.config.talker.vocab_size;
     let gl = gpu.debug_logits(1, vocab).unwrap();
     gpu.free_slot(gs);
-    let cm = cpu.cpu_model().clone();
-    let mut kv = tts_model::reference::stack::StackKv::new(cm.talker.stack.dims.layers);
-    let x = cm.talker.embed_prompt(&prompt);
-    let h = cm
-        .talker
-        .forward(x, &[prompt.positions.len()], &mut [&mut kv]);
-    let hid = cm.talker.hidden();
-    let cl = cm.talker.logits(&h[h.len() - hid..], 1);
+    let cl = cpu_prefill_logits(cpu.cpu_model(), &prompt);
     let err = rel_err(&gl, &cl);
     let g = synthesize(&mut gpu, &prompt, &params, frames, true).unwrap();
     let c = synthesize(&mut cpu, &prompt, &params, frames, true).unwrap();
@@ -228,6 +252,48 @@ fn full_size_random_1_7b_matches_the_cpu_reference() {
         false,
     ) {
         assert!(err < 2e-2, "prefill logits rel err {err}");
+    }
+}
+
+/// FP8 weights (`tts_model::fp8`, E4M3 with power-of-two row scales): the GPU, which
+/// streams the 8-bit codes in its GEMV and a bf16 copy of the same values elsewhere,
+/// gives the CPU reference's greedy codes on the same quantized weights (demo: every
+/// layer matrix, 12 frames; 1.7B: the talker MLP and every layer, 3 frames; f32 caches:
+/// with bf16 caches the two sides' rounding parts the greedy codes of random weights
+/// now and then, see the persistent results). Also prints how far the FP8 model's prefill logits are from the
+/// stored weights' on the CPU reference.
+#[test]
+fn fp8_weights_match_the_cpu_reference() {
+    let test = "fp8_weights_match_the_cpu_reference";
+    let demo = Model::load("demo", LoadOptions::default()).unwrap();
+    let Some(err) = compare_greedy_fp8(&demo, test, 12, true, Fp8Scope::Layers) else {
+        return;
+    };
+    assert!(err < 2e-2, "demo, fp8 layers: prefill logits rel err {err}");
+    if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_ok() {
+        common::report_skip(&format!("{test} (1.7B part): QWEN3_TTS_SKIP_FULL_SIZE set"));
+        return;
+    }
+    let model = Model::load("random:1.7b", LoadOptions::default()).unwrap();
+    let prompt = model
+        .prompt(&request(
+            "The quick brown fox jumps over the lazy dog.",
+            Some("ryan"),
+            TextMode::Stream,
+        ))
+        .unwrap();
+    let stored = cpu_prefill_logits(&CpuModel::load(&model).unwrap(), &prompt);
+    for scope in [Fp8Scope::TalkerMlp, Fp8Scope::Layers] {
+        let err = compare_greedy_fp8(&model, test, 3, true, scope).unwrap();
+        assert!(
+            err < 2e-2,
+            "1.7B, fp8 {scope}: prefill logits rel err {err}"
+        );
+        let q = cpu_prefill_logits(&CpuModel::load_with(&model, scope).unwrap(), &prompt);
+        eprintln!(
+            "{test}: 1.7B fp8 {scope}: CPU prefill logits rel err {:.3e} vs the stored weights",
+            rel_err(&q, &stored)
+        );
     }
 }
 
@@ -731,6 +797,114 @@ fn tensor_core_linear_matches_the_gemv() {
                     norm.is_some(),
                     batched.paths.choose(m, n, k)
                 );
+            }
+        }
+    }
+}
+
+/// The FP8 GEMV (`gemv8_*`: E4M3 codes, scale per row) against the bf16 GEMV over the
+/// dequantized weights (the same numbers, bf16-exact): one and two rows (the FP8
+/// kernels' sizes; here forced onto the codes, whatever `routing::fp8_gemv` would pick),
+/// with and without the norm, every epilogue, on shapes of both stacks' layers (K of
+/// 1024 to 6144, so each K split of the launch is covered).
+#[test]
+fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
+    use tts_cuda::device::Gpu;
+    use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
+    use tts_model::fp8::Fp8Rows;
+    let gpu = match Gpu::open(0) {
+        Ok(g) => g,
+        Err(CudaError::Unavailable(why)) => {
+            common::report_skip(&format!(
+                "fp8_gemv_matches_the_bf16_gemv_on_the_same_weights: no CUDA device ({why})"
+            ));
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let mut seed = 777u64;
+    let mut rnd = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let mut scratch = GemmScratch::new(&gpu, 16, 6144, 4096).unwrap();
+    scratch.paths = LinearPaths::forced(LinearPath::Gemv, false);
+    scratch.paths.fp8_codes = Some(true);
+    for (n, k) in [
+        (4096, 1024),
+        (1024, 2048),
+        (2048, 6144),
+        (6144, 1024),
+        (256, 3072),
+    ] {
+        // a row-dependent magnitude, a few outliers and some subnormal-range values
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| {
+                let v = rnd() * 0.05 * (1.0 + (i / k % 7) as f32);
+                if i % 997 == 0 {
+                    v * 20.0
+                } else if i % 101 == 0 {
+                    v * 1e-4
+                } else {
+                    v
+                }
+            })
+            .collect();
+        let q = Fp8Rows::quantize(&w, n, k);
+        let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
+        let l8 = Linear::new_fp8(&gpu, &q, Some(&bias)).unwrap();
+        let deq: Vec<u16> = q
+            .dequantize()
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_bits())
+            .collect();
+        let l16 = Linear::new(&gpu, &deq, n, k, Some(&bias)).unwrap();
+        let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
+        let gd = gpu.upload(&g).unwrap();
+        for m in [1usize, 2] {
+            let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let res: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
+            let xd = gpu.upload(&x).unwrap();
+            for (act, norm) in [
+                (Act::None, true),
+                (Act::SwigluPairs, true),
+                (Act::Silu, false),
+                (Act::SwigluPairs, false),
+            ] {
+                let norm = norm.then_some((gd.ptr, 1e-6));
+                let out_n = if act == Act::SwigluPairs { n / 2 } else { n };
+                let mut outs = Vec::new();
+                for l in [&l8, &l16] {
+                    let y = gpu.upload(&res[..m * out_n]).unwrap();
+                    let rows = Rows {
+                        ptr: xd.ptr,
+                        ld: k,
+                        count: m,
+                    };
+                    linear(
+                        &gpu,
+                        l,
+                        rows,
+                        norm,
+                        act,
+                        Some((y.ptr, out_n)),
+                        y.ptr,
+                        out_n,
+                        &scratch,
+                    )
+                    .unwrap();
+                    outs.push(gpu.read(&y, m * out_n).unwrap());
+                }
+                let err = rel_err(&outs[0], &outs[1]);
+                assert!(
+                    err < 1e-5,
+                    "{n}x{k} m={m} act={act:?} norm {}: fp8 vs bf16 GEMV rel err {err}",
+                    norm.is_some()
+                );
+                let moved = outs[0].iter().zip(&res).any(|(a, b)| a != b);
+                assert!(moved, "{n}x{k} m={m}: the FP8 GEMV wrote nothing");
             }
         }
     }

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use tts_cuda::persistent::{OwnRows, Prefetch};
 use tts_model::reference::CpuBackend;
-use tts_model::{Backend, Model};
+use tts_model::{Backend, Fp8Scope, Model};
 
 /// Device selection: `cpu`, `cuda` or `cuda:N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub fn create(
     size: BackendSize,
 ) -> anyhow::Result<Box<dyn Backend>> {
     Ok(match device {
-        Device::Cpu => Box::new(CpuBackend::new(model, size.max_slots)?),
+        Device::Cpu => Box::new(CpuBackend::with_fp8(model, size.max_slots, fp8_knob()?)?),
         Device::Cuda(n) => Box::new(create_cuda(model, n, size)?),
     })
 }
@@ -99,9 +99,25 @@ pub fn create_cuda(
         )?,
         cp_prefetch: prefetch_knob("QWEN3_TTS_CP_PREFETCH", Prefetch::CODE_PREDICTOR)?,
         talker_prefetch: prefetch_knob("QWEN3_TTS_TALKER_PREFETCH", Prefetch::TALKER)?,
+        fp8: fp8_knob()?,
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
+}
+
+/// Which decoder-layer matrices run as FP8 (`$QWEN3_TTS_FP8`: none, talker-mlp or layers;
+/// default none, the stored weights).
+fn fp8_knob() -> anyhow::Result<Fp8Scope> {
+    let scope = match std::env::var("QWEN3_TTS_FP8") {
+        Ok(v) => v
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("QWEN3_TTS_FP8={v}: {e}"))?,
+        Err(_) => Fp8Scope::None,
+    };
+    if scope != Fp8Scope::None {
+        tracing::info!(%scope, "FP8 (E4M3, row-scaled) decoder-layer weights");
+    }
+    Ok(scope)
 }
 
 /// A row count from `$name` (a whole number), else `default`.
@@ -168,7 +184,7 @@ pub fn create_warm(
     size: BackendSize,
 ) -> anyhow::Result<Box<dyn Backend>> {
     Ok(match device {
-        Device::Cpu => Box::new(CpuBackend::new(model, size.max_slots)?),
+        Device::Cpu => Box::new(CpuBackend::with_fp8(model, size.max_slots, fp8_knob()?)?),
         Device::Cuda(n) => {
             let mut b = create_cuda(model, n, size)?;
             b.warm_up().context("capturing the CUDA graphs")?;
