@@ -657,34 +657,42 @@ fn persistent_kernels_match_the_launch_path() {
     }
 }
 
+/// The GPU for a kernel-level test, or None (printing why) when there is none.
+fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
+    match tts_cuda::device::Gpu::open(0) {
+        Ok(g) => Some(g),
+        Err(CudaError::Unavailable(why)) => {
+            common::report_skip(&format!("{test}: no CUDA device ({why})"));
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+/// Seeded uniform values in [-1, 1) (an LCG: the tests' inputs, not statistics).
+fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
 /// The multi-row paths (tensor cores for any row count up to 64, the cluster kernel up to
 /// 64, cuBLAS beyond and when asked) compute what the GEMV computes row by row, with the
 /// RMSNorm prologue and every epilogue, to f32-level accuracy; the cluster kernel on every
 /// K split it takes (slices of 128, 192 and 256 in clusters of 4, 8 and 16).
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
-    use tts_cuda::device::Gpu;
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
-    let gpu = match Gpu::open(0) {
-        Ok(g) => g,
-        Err(CudaError::Unavailable(why)) => {
-            common::report_skip(&format!(
-                "tensor_core_linear_matches_the_gemv: no CUDA device ({why})"
-            ));
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(gpu) = open_gpu("tensor_core_linear_matches_the_gemv") else {
+        return;
     };
     if !gpu.clusters {
         eprintln!("tensor_core_linear_matches_the_gemv: no thread-block clusters on {}: cluster cases not run", gpu.arch);
     }
-    let mut seed = 12345u64;
-    let mut rnd = || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    };
+    let mut rnd = uniform(12345);
     let scratch_for = |p: LinearPath, n: usize, k: usize| {
         let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
         s.paths = LinearPaths::forced(p, gpu.clusters);
@@ -809,26 +817,12 @@ fn tensor_core_linear_matches_the_gemv() {
 /// 1024 to 6144, so each K split of the launch is covered).
 #[test]
 fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
-    use tts_cuda::device::Gpu;
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
     use tts_model::fp8::Fp8Rows;
-    let gpu = match Gpu::open(0) {
-        Ok(g) => g,
-        Err(CudaError::Unavailable(why)) => {
-            common::report_skip(&format!(
-                "fp8_gemv_matches_the_bf16_gemv_on_the_same_weights: no CUDA device ({why})"
-            ));
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(gpu) = open_gpu("fp8_gemv_matches_the_bf16_gemv_on_the_same_weights") else {
+        return;
     };
-    let mut seed = 777u64;
-    let mut rnd = || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    };
+    let mut rnd = uniform(777);
     let mut scratch = GemmScratch::new(&gpu, 16, 6144, 4096).unwrap();
     scratch.paths = LinearPaths::forced(LinearPath::Gemv, false);
     scratch.paths.fp8_codes = Some(true);
