@@ -18,7 +18,7 @@ use tts_cuda::{CudaBackend, CudaError, CudaOptions};
 use tts_model::generate::synthesize;
 use tts_model::reference::{CpuBackend, CpuModel};
 use tts_model::{
-    Backend, Fp8Scope, LoadOptions, Model, PrefillRow, Prompt, SpeechRequest, StepRow, TextMode,
+    Backend, Fp8Scope, LoadOptions, Model, PrefillRow, SpeechRequest, StepRow, TextMode,
 };
 
 /// `fixtures/` of the repository (`$QWEN3_TTS_FIXTURES` when the binary runs elsewhere).
@@ -151,17 +151,6 @@ fn fixture_cases_give_the_official_greedy_codes_on_the_gpu() {
     }
 }
 
-/// The CPU reference's talker logits after prefilling `prompt`.
-fn cpu_prefill_logits(cm: &CpuModel, prompt: &Prompt) -> Vec<f32> {
-    let mut kv = tts_model::reference::stack::StackKv::new(cm.talker.stack.dims.layers);
-    let x = cm.talker.embed_prompt(prompt);
-    let h = cm
-        .talker
-        .forward(x, &[prompt.positions.len()], &mut [&mut kv]);
-    let hid = cm.talker.hidden();
-    cm.talker.logits(&h[h.len() - hid..], 1)
-}
-
 /// Greedy generation on both backends for `frames` frames; returns the GPU's prefill
 /// logits error and asserts the codes agree.
 fn compare_greedy(model: &Model, test: &str, frames: usize, exact: bool) -> Option<f32> {
@@ -202,7 +191,7 @@ fn compare_greedy_fp8(
     let vocab = model.config.talker.vocab_size;
     let gl = gpu.debug_logits(1, vocab).unwrap();
     gpu.free_slot(gs);
-    let cl = cpu_prefill_logits(cpu.cpu_model(), &prompt);
+    let cl = cpu.cpu_model().talker.prefill_logits(&prompt);
     let err = rel_err(&gl, &cl);
     let g = synthesize(&mut gpu, &prompt, &params, frames, true).unwrap();
     let c = synthesize(&mut cpu, &prompt, &params, frames, true).unwrap();
@@ -282,14 +271,20 @@ fn fp8_weights_match_the_cpu_reference() {
             TextMode::Stream,
         ))
         .unwrap();
-    let stored = cpu_prefill_logits(&CpuModel::load(&model).unwrap(), &prompt);
+    let stored = CpuModel::load(&model)
+        .unwrap()
+        .talker
+        .prefill_logits(&prompt);
     for scope in [Fp8Scope::TalkerMlp, Fp8Scope::Layers] {
         let err = compare_greedy_fp8(&model, test, 3, true, scope).unwrap();
         assert!(
             err < 2e-2,
             "1.7B, fp8 {scope}: prefill logits rel err {err}"
         );
-        let q = cpu_prefill_logits(&CpuModel::load_with(&model, scope).unwrap(), &prompt);
+        let q = CpuModel::load_with(&model, scope)
+            .unwrap()
+            .talker
+            .prefill_logits(&prompt);
         eprintln!(
             "{test}: 1.7B fp8 {scope}: CPU prefill logits rel err {:.3e} vs the stored weights",
             rel_err(&q, &stored)

@@ -7,7 +7,6 @@
 mod common;
 
 use common::{load_model, rel_err};
-use tts_model::reference::stack::StackKv;
 use tts_model::reference::CpuModel;
 use tts_model::{Fp8Scope, SpeechRequest, TextMode};
 
@@ -19,14 +18,7 @@ fn prefill_logits(cpu: &CpuModel, model: &tts_model::Model) -> Vec<f32> {
         text_mode: TextMode::Prefill,
         ..Default::default()
     };
-    let prompt = model.prompt(&req).unwrap();
-    let mut kv = StackKv::new(cpu.talker.stack.dims.layers);
-    let x = cpu.talker.embed_prompt(&prompt);
-    let h = cpu
-        .talker
-        .forward(x, &[prompt.positions.len()], &mut [&mut kv]);
-    let hid = cpu.talker.hidden();
-    cpu.talker.logits(&h[h.len() - hid..], 1)
+    cpu.talker.prefill_logits(&model.prompt(&req).unwrap())
 }
 
 #[test]

@@ -90,6 +90,17 @@ impl Talker {
         self.stack.forward(x, segments, caches)
     }
 
+    /// Code-0 logits of `prompt`'s last position after prefilling it into a fresh cache.
+    pub fn prefill_logits(&self, prompt: &Prompt) -> Vec<f32> {
+        let mut kv = StackKv::new(self.stack.dims.layers);
+        let h = self.forward(
+            self.embed_prompt(prompt),
+            &[prompt.positions.len()],
+            &mut [&mut kv],
+        );
+        self.logits(&h[h.len() - self.hidden()..], 1)
+    }
+
     /// Code-0 logits of `m` hidden rows, `[m, codec vocab]`.
     pub fn logits(&self, hidden: &[f32], m: usize) -> Vec<f32> {
         linear(hidden, m, &self.codec_head, None)
