@@ -323,7 +323,7 @@ fn row_kernel_args(l: &Linear, c: &RowCall) -> [Arg; 14] {
 }
 
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
-/// FP8 layer (one or two rows), else over the bf16 weights.
+/// FP8 layer, else over the bf16 weights.
 fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError> {
     let m = c.x.count;
     let bucket = match m {
@@ -341,7 +341,8 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
     let blocks = l.n.div_ceil(16 / ksplit) as u32;
     let mut args = row_kernel_args(l, c).to_vec();
     args.push(Arg::I(ksplit as i32));
-    let name = match l.fp8.as_ref().filter(|_| codes && m <= 2) {
+    // `codes` comes from `LinearPaths::fp8_codes`: at most FP8_GEMV_MAX_ROWS rows
+    let name = match l.fp8.as_ref().filter(|_| codes) {
         Some(f) => {
             args[0] = Arg::P(f.codes.ptr);
             args.push(Arg::P(f.scales.ptr));

@@ -39,8 +39,11 @@ pub enum LinearPath {
 /// 9.2 µs at one row); with the norm, on the small matrices and at more rows the bf16
 /// GEMV, which keeps twice as many loads per multiply-add and fewer registers, is faster.
 pub fn fp8_gemv(m: usize, n: usize, k: usize, norm: bool) -> bool {
-    m <= 2 && !norm && n * k >= 8 << 20
+    m <= FP8_GEMV_MAX_ROWS && !norm && n * k >= 8 << 20
 }
+
+/// Most rows an FP8 GEMV launch takes (`gemv8_m1`, `gemv8_m2`).
+pub const FP8_GEMV_MAX_ROWS: usize = 2;
 
 /// Widest K slice one block of `mma_cluster.cu` takes (its weights live in registers).
 pub const CLUSTER_MAX_SLICE: usize = 256;
@@ -105,7 +108,7 @@ impl LinearPaths {
 
     /// Whether the GEMV of `m` rows over an FP8 `n × k` layer streams its E4M3 codes.
     pub fn fp8_codes(&self, m: usize, n: usize, k: usize, norm: bool) -> bool {
-        m <= 2 && self.fp8_codes.unwrap_or_else(|| fp8_gemv(m, n, k, norm))
+        m <= FP8_GEMV_MAX_ROWS && self.fp8_codes.unwrap_or_else(|| fp8_gemv(m, n, k, norm))
     }
 
     /// Whether `path` can run `m` rows of an `n × k` weight here.
