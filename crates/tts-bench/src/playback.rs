@@ -35,6 +35,12 @@ pub struct Playback {
     underrun_time: Duration,
     tolerated: u32,
     tolerated_time: Duration,
+    /// When the latest samples arrived.
+    last_arrival: Option<Duration>,
+    /// The least audio left to play when samples arrived later than the previous ones.
+    tightest: Option<Duration>,
+    /// When the player first ran dry for longer than the tolerance.
+    first_underrun: Option<Duration>,
 }
 
 impl Playback {
@@ -48,6 +54,9 @@ impl Playback {
             underrun_time: Duration::ZERO,
             tolerated: 0,
             tolerated_time: Duration::ZERO,
+            last_arrival: None,
+            tightest: None,
+            first_underrun: None,
         }
     }
 
@@ -64,7 +73,13 @@ impl Playback {
             return None;
         }
         let mut gap = None;
-        match self.runs_dry_at() {
+        let due = self.runs_dry_at();
+        if let Some(due) = due.filter(|_| self.last_arrival.is_some_and(|t| at > t)) {
+            let left = due.saturating_sub(at);
+            self.tightest = Some(self.tightest.map_or(left, |t| t.min(left)));
+        }
+        self.last_arrival = Some(at);
+        match due {
             None => self.segments.push((self.received, at)),
             Some(due) if at > due => {
                 let length = at - due;
@@ -72,6 +87,7 @@ impl Playback {
                 if underrun {
                     self.underruns += 1;
                     self.underrun_time += length;
+                    self.first_underrun.get_or_insert(due);
                 } else {
                     self.tolerated += 1;
                     self.tolerated_time += length;
@@ -136,6 +152,18 @@ impl Playback {
     pub fn tolerated_time(&self) -> Duration {
         self.tolerated_time
     }
+
+    /// The least audio the player still had when samples arrived later than the ones
+    /// before them (zero after a gap; `None` while everything came at once): how near
+    /// the stream came to a gap.
+    pub fn tightest(&self) -> Option<Duration> {
+        self.tightest
+    }
+
+    /// When the player first ran dry for longer than the tolerance.
+    pub fn first_underrun(&self) -> Option<Duration> {
+        self.first_underrun
+    }
 }
 
 #[cfg(test)]
@@ -158,8 +186,10 @@ mod tests {
         // 80 ms at 100 ms: plays 100..180.
         assert_eq!(p.push(ms(100), smp(80)), None);
         assert_eq!(p.runs_dry_at(), Some(ms(180)));
+        assert_eq!(p.tightest(), None, "one arrival: nothing to compare");
         // 160 ms at 150 ms, in time: plays 180..340.
         assert_eq!(p.push(ms(150), smp(160)), None);
+        assert_eq!(p.tightest(), Some(ms(30)));
         assert_eq!(p.runs_dry_at(), Some(ms(340)));
         // Exactly on time is not a gap.
         assert_eq!(p.push(ms(340), smp(20)), None);
@@ -173,6 +203,8 @@ mod tests {
             })
         );
         assert_eq!(p.runs_dry_at(), Some(ms(480)));
+        assert_eq!(p.tightest(), Some(Duration::ZERO), "a gap leaves nothing");
+        assert_eq!(p.first_underrun(), Some(ms(360)));
         // Another gap of 20 ms.
         assert!(p.push(ms(500), smp(10)).is_some());
         assert_eq!(p.underruns(), 2);

@@ -86,6 +86,11 @@ pub struct RequestRecord {
     pub underrun_ms: f64,
     pub tolerated_gaps: u32,
     pub tolerated_gap_ms: f64,
+    /// The least audio left in the player when later audio arrived (0 after a gap).
+    pub tightest_ms: Option<f64>,
+    /// When the player first ran dry past the tolerance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_underrun_ms: Option<f64>,
 }
 
 /// Where a request stands when it is recorded.
@@ -143,6 +148,8 @@ impl RequestRecord {
             underrun_ms: ms(stream.underrun_time),
             tolerated_gaps: stream.tolerated_gaps,
             tolerated_gap_ms: ms(stream.tolerated_time),
+            tightest_ms: stream.tightest.map(ms),
+            first_underrun_ms: stream.first_underrun.map(ms),
         }
     }
 

@@ -23,7 +23,7 @@ use crate::plot::{latency_svg, LatencyPoint};
 use crate::record::RequestRecord;
 use crate::run::RateRun;
 use crate::spec::{BenchSpec, Protocol};
-use crate::stats::Percentiles;
+use crate::stats::{Lows, Percentiles};
 
 /// Dollars per million characters at `gpu_price` $/hour and `chars_per_s`; `None` when
 /// nothing was delivered.
@@ -78,6 +78,9 @@ pub struct RateReport {
     pub underrun_ms: f64,
     pub tolerated_gaps: u64,
     pub tolerated_gap_ms: f64,
+    /// Per `ok` stream, the least audio left in the player when later audio arrived:
+    /// the margin the worst streams kept (0 for a stream with a gap).
+    pub tightest_buffer_ms: Option<Lows>,
     pub throughput: Throughput,
     pub cost_per_million_chars: Option<f64>,
     /// Every arrival (with `--raw`).
@@ -176,6 +179,7 @@ impl RateReport {
             underrun_ms: ok.iter().map(|r| r.underrun_ms).sum(),
             tolerated_gaps: ok.iter().map(|r| u64::from(r.tolerated_gaps)).sum(),
             tolerated_gap_ms: ok.iter().map(|r| r.tolerated_gap_ms).sum(),
+            tightest_buffer_ms: Lows::of(ok.iter().filter_map(|r| r.tightest_ms)),
             throughput,
             cost_per_million_chars: cost_per_million_chars(gpu_price, throughput.chars_per_s),
             records: keep_records.then(|| records.to_vec()),
@@ -359,6 +363,19 @@ impl BenchReport {
                     .map_or("-".to_string(), |c| format!("{c:.3}")),
             );
         }
+        for r in &self.rates {
+            if let Some(t) = r.tightest_buffer_ms {
+                let _ = writeln!(
+                    s,
+                    "rate {}/s: tightest buffer per stream min {:.1} ms, p0.1 {:.1}, p1 {:.1}, p50 {:.1}",
+                    fmt_rate(r.rate),
+                    t.min,
+                    t.p0_1,
+                    t.p1,
+                    t.p50
+                );
+            }
+        }
         for r in self
             .rates
             .iter()
@@ -446,14 +463,14 @@ impl BenchReport {
         let _ = writeln!(s, "\n## Time to first byte and end to end\n");
         let _ = writeln!(
             s,
-            "| rate (req/s) | TTFB p50 (ms) | TTFB p95 (ms) | TTFB p99 (ms) | E2E p50 (ms) | E2E p95 (ms) | E2E p99 (ms) | mean audio (s) | send lag p99 (ms) |"
+            "| rate (req/s) | TTFB p50 (ms) | TTFB p95 (ms) | TTFB p99 (ms) | E2E p50 (ms) | E2E p95 (ms) | E2E p99 (ms) | mean audio (s) | send lag p99 (ms) | tightest buffer min / p0.1 / p1 (ms) |"
         );
-        let _ = writeln!(s, "|{}", "---:|".repeat(9));
+        let _ = writeln!(s, "|{}", "---:|".repeat(10));
         for r in &self.rates {
             let (b, e) = (r.ttfb_ms, r.e2e_ms);
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 fmt_rate(r.rate),
                 ms(b.map(|p| p.p50)),
                 ms(b.map(|p| p.p95)),
@@ -464,6 +481,10 @@ impl BenchReport {
                 r.audio_s
                     .map_or("-".to_string(), |p| format!("{:.2}", p.mean)),
                 ms(r.send_lag_ms.map(|p| p.p99)),
+                r.tightest_buffer_ms.map_or("-".to_string(), |t| format!(
+                    "{:.1} / {:.1} / {:.1}",
+                    t.min, t.p0_1, t.p1
+                )),
             );
         }
         let troubled: Vec<&RateReport> = self
@@ -557,6 +578,8 @@ mod tests {
             underrun_ms: 0.0,
             tolerated_gaps: 0,
             tolerated_gap_ms: 0.0,
+            tightest_ms: None,
+            first_underrun_ms: None,
         }
     }
 
@@ -569,6 +592,7 @@ mod tests {
             audio_s: 4.0,
             underruns,
             underrun_ms: 5.0 * underruns as f64,
+            tightest_ms: Some(if underruns > 0 { 0.0 } else { ttfa }),
             ..rec(index, measured, Outcome::Ok)
         }
     }
@@ -623,6 +647,9 @@ mod tests {
         assert_eq!(r.underruns, 2);
         assert_eq!(r.streams_with_underruns, 1);
         assert_eq!(r.underrun_ms, 10.0);
+        // Over the four measured ok streams (2, 3, 4, 10): the one with gaps kept nothing.
+        let t = r.tightest_buffer_ms.unwrap();
+        assert_eq!((t.n, t.min, t.p50), (4, 0.0, 0.0));
         // Finished in [10, 20): records 1, 2, 3, 10 -> 240 chars, 16 s of audio over 10 s.
         assert_eq!(r.throughput.completed, 4);
         assert!((r.throughput.chars_per_s - 24.0).abs() < 1e-12);

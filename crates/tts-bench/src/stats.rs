@@ -34,6 +34,34 @@ impl Percentiles {
     }
 }
 
+/// The low end of a set of values: how close the worst cases came (milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Lows {
+    pub n: usize,
+    pub min: f64,
+    pub p0_1: f64,
+    pub p1: f64,
+    pub p50: f64,
+}
+
+impl Lows {
+    /// `None` for no values; NaNs are ignored.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Self {
+            n: v.len(),
+            min: v[0],
+            p0_1: percentile(&v, 0.001),
+            p1: percentile(&v, 0.01),
+            p50: percentile(&v, 0.50),
+        })
+    }
+}
+
 /// The `q` quantile (0 < q <= 1) of sorted values by nearest rank; 0 for none.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -46,6 +74,16 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lows_are_the_small_end() {
+        let l = Lows::of((1..=2000).rev().map(f64::from)).unwrap();
+        assert_eq!(
+            (l.n, l.min, l.p0_1, l.p1, l.p50),
+            (2000, 1.0, 2.0, 20.0, 1000.0)
+        );
+        assert_eq!(Lows::of([]), None);
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -30,6 +30,10 @@ pub struct StreamSummary {
     pub underrun_time: Duration,
     pub tolerated_gaps: u32,
     pub tolerated_time: Duration,
+    /// The least audio left in the player when later samples arrived.
+    pub tightest: Option<Duration>,
+    /// When the player first ran dry (an underrun), since the request was sent.
+    pub first_underrun: Option<Duration>,
     /// The stream ended in the middle of a sample (an odd byte count).
     pub odd_byte: bool,
 }
@@ -116,6 +120,8 @@ impl StreamTrace {
             underrun_time: self.playback.underrun_time(),
             tolerated_gaps: self.playback.tolerated(),
             tolerated_time: self.playback.tolerated_time(),
+            tightest: self.playback.tightest(),
+            first_underrun: self.playback.first_underrun(),
             odd_byte: self.carry.is_some(),
         }
     }
@@ -199,6 +205,7 @@ mod tests {
         let s = t.summary();
         assert_eq!(s.first_byte, Some(ms(20)));
         assert_eq!((s.underruns, s.underrun_time), (1, ms(40)));
+        assert_eq!((s.tightest, s.first_underrun), (Some(ms(0)), Some(ms(60))));
         // Onset 2160 is 1200 samples (50 ms) into the second segment.
         assert_eq!(s.audible, Some(ms(150)));
     }
