@@ -149,6 +149,38 @@ pub struct FakeBackend {
     silent_frames: usize,
     eos_after: HashMap<u64, usize>,
     frees: Arc<Mutex<Vec<(Duration, SlotId)>>>,
+    jitter: Jitter,
+}
+
+/// Random extra time on every call: `cost * scale * E` with `E` exponential of mean 1
+/// (counter-based, seeded), so most calls take a little longer and a few much longer, as
+/// real stage times do under load (GPU clocks, host scheduling). `scale == 0`: none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Jitter {
+    pub scale: f64,
+    pub seed: u64,
+    calls: u64,
+}
+
+impl Jitter {
+    pub fn new(scale: f64, seed: u64) -> Self {
+        Self {
+            scale,
+            seed,
+            calls: 0,
+        }
+    }
+
+    /// The next call's cost, jitter added.
+    fn apply(&mut self, cost: Duration) -> Duration {
+        if self.scale <= 0.0 {
+            return cost;
+        }
+        self.calls += 1;
+        // A uniform in (0, 1] from the top 53 bits.
+        let u = ((mix(self.seed, self.calls, 1) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        cost + cost.mul_f64(self.scale * -u.ln())
+    }
 }
 
 impl FakeBackend {
@@ -171,7 +203,14 @@ impl FakeBackend {
             silent_frames: 0,
             eos_after: HashMap::new(),
             frees: Arc::default(),
+            jitter: Jitter::default(),
         }
+    }
+
+    /// Every call's cost gets random extra time (see [`Jitter`]).
+    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
     }
 
     pub fn with_faults(mut self, faults: Vec<Fault>) -> Self {
@@ -205,8 +244,8 @@ impl FakeBackend {
 
     /// Spends the call's time, then fails it if a fault matches one of its rows.
     fn run(&mut self, stage: Stage, slots: &[SlotId], frames: usize) -> Result<(), BackendError> {
-        self.clock
-            .advance(self.costs.cost(stage, slots.len(), frames));
+        let cost = self.costs.cost(stage, slots.len(), frames);
+        self.clock.advance(self.jitter.apply(cost));
         for &id in slots {
             let s = self.slot(id)?;
             let (seed, at) = (s.seed, s.frames);
@@ -348,5 +387,30 @@ impl Backend for FakeBackend {
             );
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_adds_seeded_time_with_the_asked_mean() {
+        let ms = Duration::from_millis(1);
+        let mut off = Jitter::default();
+        assert_eq!(off.apply(ms), ms, "no jitter by default");
+        let run = |seed| {
+            let mut j = Jitter::new(0.1, seed);
+            (0..20_000).map(|_| j.apply(ms)).collect::<Vec<_>>()
+        };
+        let a = run(7);
+        assert_eq!(a, run(7), "seeded");
+        assert_ne!(a, run(8));
+        assert!(a.iter().all(|&c| c >= ms), "only ever extra time");
+        let mean = a.iter().sum::<Duration>().as_secs_f64() / a.len() as f64;
+        assert!((mean / 1e-3 - 1.1).abs() < 0.005, "mean {mean}");
+        // An exponential tail: about e^-3 of the calls take over 30 % extra.
+        let long = a.iter().filter(|&&c| c > ms.mul_f64(1.3)).count() as f64 / a.len() as f64;
+        assert!((long - (-3.0f64).exp()).abs() < 0.01, "{long}");
     }
 }

@@ -14,6 +14,8 @@ pub struct Playback {
     underruns: u32,
     gaps: Duration,
     audio: Duration,
+    /// The least audio left in the buffer when a later chunk arrived (zero after a gap).
+    tightest: Option<Duration>,
 }
 
 impl Playback {
@@ -29,6 +31,8 @@ impl Playback {
             self.dry_at = at + audio;
             return None;
         }
+        let left = self.dry_at.saturating_sub(at);
+        self.tightest = Some(self.tightest.map_or(left, |t| t.min(left)));
         if at > self.dry_at {
             let gap = at - self.dry_at;
             self.underruns += 1;
@@ -64,6 +68,12 @@ impl Playback {
     pub fn audio(&self) -> Duration {
         self.audio
     }
+
+    /// The least audio the buffer still held when a later chunk arrived (zero if one came
+    /// after a gap; `None` before the second chunk): how near the stream came to a gap.
+    pub fn tightest(&self) -> Option<Duration> {
+        self.tightest
+    }
 }
 
 #[cfg(test)]
@@ -79,12 +89,15 @@ mod tests {
         let mut p = Playback::new();
         assert_eq!(p.runs_dry_at(), None);
         assert_eq!(p.push(ms(100), ms(80)), None);
+        assert_eq!(p.tightest(), None, "one chunk: nothing to compare");
         assert_eq!(p.runs_dry_at(), Some(ms(180)));
         assert_eq!(p.push(ms(150), ms(160)), None, "arrived in time");
+        assert_eq!(p.tightest(), Some(ms(30)));
         assert_eq!(p.runs_dry_at(), Some(ms(340)));
         assert_eq!(p.push(ms(400), ms(80)), Some(ms(60)));
         assert_eq!(p.runs_dry_at(), Some(ms(480)));
         assert_eq!((p.underruns(), p.gaps(), p.audio()), (1, ms(60), ms(320)));
+        assert_eq!(p.tightest(), Some(Duration::ZERO), "a gap leaves nothing");
         assert_eq!(p.started(), Some(ms(100)));
     }
 }

@@ -18,7 +18,8 @@ use crate::client::{Client, SendOutcome, TextUpdate};
 use crate::clock::{Clock, SimClock};
 use crate::core::{Core, CoreSettings, StepRecord};
 pub use crate::fake_backend::{
-    fake_sample, FakeBackend, Fault, StageCosts, FAKE_EOS, FAKE_SAMPLES_PER_FRAME, FAKE_SAMPLE_RATE,
+    fake_sample, FakeBackend, Fault, Jitter, StageCosts, FAKE_EOS, FAKE_SAMPLES_PER_FRAME,
+    FAKE_SAMPLE_RATE,
 };
 use crate::playback::Playback;
 use crate::profile::Profile;
@@ -49,6 +50,8 @@ pub struct SimConfig {
     pub faults: Vec<Fault>,
     /// (seed, frames): requests that end by EOS before their limit.
     pub eos_after: Vec<(u64, usize)>,
+    /// Random extra time on each backend call (none by default).
+    pub jitter: Jitter,
 }
 
 impl Default for SimConfig {
@@ -64,6 +67,7 @@ impl Default for SimConfig {
             silent_frames: 0,
             faults: Vec::new(),
             eos_after: Vec::new(),
+            jitter: Jitter::default(),
         }
     }
 }
@@ -195,7 +199,8 @@ pub fn simulate(config: &SimConfig, requests: &[SimRequest]) -> SimOutcome {
     let clock = SimClock::new();
     let mut backend = FakeBackend::new(clock.clone(), config.costs, config.max_slots)
         .with_faults(config.faults.clone())
-        .with_silent_frames(config.silent_frames);
+        .with_silent_frames(config.silent_frames)
+        .with_jitter(config.jitter);
     for &(seed, frames) in &config.eos_after {
         backend = backend.with_eos_after(seed, frames);
     }

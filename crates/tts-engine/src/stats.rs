@@ -92,6 +92,8 @@ pub struct RequestRecord {
     pub underruns: u32,
     pub gaps: Duration,
     pub audio: Duration,
+    /// The least audio left in the client's buffer when a later chunk arrived.
+    pub tightest: Option<Duration>,
 }
 
 /// Follows one request's events on the client side.
@@ -126,6 +128,7 @@ impl ClientTrace {
                 underruns: 0,
                 gaps: Duration::ZERO,
                 audio: Duration::ZERO,
+                tightest: None,
             },
         }
     }
@@ -177,6 +180,7 @@ impl ClientTrace {
         self.record.underruns = self.playback.underruns();
         self.record.gaps = self.playback.gaps();
         self.record.audio = self.playback.audio();
+        self.record.tightest = self.playback.tightest();
         self.record
     }
 }
@@ -294,6 +298,20 @@ impl fmt::Display for LoadReport {
             done.len(),
             gaps.as_secs_f64() * 1e3
         )?;
+        let mut tightest = pick(|r| r.tightest);
+        tightest.sort();
+        if !tightest.is_empty() {
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            writeln!(
+                f,
+                "tightest buffer at a chunk's arrival, per stream: min {:.1} ms, p0.1 {:.1} ms, \
+                 p1 {:.1} ms, p50 {:.1} ms",
+                ms(tightest[0]),
+                ms(percentile(&tightest, 0.001)),
+                ms(percentile(&tightest, 0.01)),
+                ms(percentile(&tightest, 0.5)),
+            )?;
+        }
         let wall = self.wall.as_secs_f64().max(1e-9);
         let chars: usize = done.iter().map(|r| r.chars).sum();
         let audio: f64 = done.iter().map(|r| r.audio.as_secs_f64()).sum();
