@@ -3,12 +3,14 @@
 //! rate without spending GPU time.
 //! `cargo run --release -p tts-engine --example sim_h200 -- <rate> <seconds> <slots> <profile> [prompts] [key=value...]`
 //! Policy overrides after the prompts file: `fill=none|bucket|max`, `codec_fill=...`, `chunks=1,2,4`,
-//! `reserve_ms=60`, `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`.
+//! `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`, `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`; stage costs:
+//! `jitter=0.1` (random extra time per call, `fake_backend::Jitter`), `cp_base_us=`,
+//! `talker_base_us=`, `codec_base_us=`, `prefill_row_us=`.
 
 use std::time::Duration;
 
 use tts_engine::chunker::ChunkSchedule;
-use tts_engine::fake_backend::StageCosts;
+use tts_engine::fake_backend::{Jitter, StageCosts};
 use tts_engine::loadgen::{run_sim, LoadSpec};
 use tts_engine::sim::SimConfig;
 use tts_engine::trim::TrimConfig;
@@ -24,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // predictor 2.42 / 3.64 / 5.56 ms at 1 / 8 / 64 rows: steep up to 8 rows, flat beyond);
     // codec: 1.2 ms per call + 70 us per decoded frame (stage benchmark at 1-12 frames x
     // 1-32 rows, plus the host side seen end to end).
-    let costs = StageCosts {
+    let mut costs = StageCosts {
         prefill_base: us(300),
         prefill_per_row: us(2_600),
         code_predictor_base: us(2_310),
@@ -50,6 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
     }
     let mut profile = arg(4, "balanced").parse::<Profile>()?;
+    let mut jitter = Jitter::default();
     for kv in a.iter().skip(6) {
         let (key, value) = kv
             .split_once('=')
@@ -60,9 +63,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "codec_fill" => p.codec_fill = parse_fill(value)?,
             "chunks" => profile.chunks = value.parse::<ChunkSchedule>()?,
             "reserve_ms" => p.reserve = Duration::from_millis(value.parse()?),
+            "urgent_model" => p.urgent_model_stages = value.parse()?,
+            "codec_max_frames" => p.codec_max_frames = value.parse()?,
             "lead_ms" => p.lead = Duration::from_millis(value.parse()?),
             "prefill_rows" => p.prefill_max_rows = value.parse()?,
             "max_fill_from" => p.max_fill_from = value.parse()?,
+            "jitter" => jitter = Jitter::new(value.parse()?, spec.seed),
+            "cp_base_us" => costs.code_predictor_base = us(value.parse()?),
+            "talker_base_us" => costs.talker_base = us(value.parse()?),
+            "codec_base_us" => costs.codec_base = us(value.parse()?),
+            "prefill_row_us" => costs.prefill_per_row = us(value.parse()?),
             _ => return Err(format!("unknown override `{key}`").into()),
         }
     }
@@ -76,6 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             drop_frames: 1,
             onset: Some(OnsetRule::default()),
         },
+        jitter,
         ..SimConfig::default()
     };
     println!("{}", run_sim(&sim, &spec));

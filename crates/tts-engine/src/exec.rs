@@ -97,6 +97,7 @@ impl<C: Client> Core<C> {
 
     fn run_codec(&mut self, idx: &[usize]) -> Result<(), BackendError> {
         let spf = self.info.samples_per_frame;
+        let cap = self.settings.profile.policy.codec_max_frames;
         let Core {
             backend, requests, ..
         } = self;
@@ -104,9 +105,10 @@ impl<C: Client> Core<C> {
             .iter()
             .filter_map(|&i| {
                 let r = &requests[i];
+                let frames = r.undecoded();
                 Some(CodecRow {
                     slot: r.slot?,
-                    frames: r.undecoded(),
+                    frames: &frames[..frames.len().min(cap)],
                 })
             })
             .collect();

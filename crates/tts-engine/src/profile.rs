@@ -25,6 +25,9 @@ pub enum Fill {
 pub struct Policy {
     /// Codec work for a stream whose client buffer runs dry within this time is urgent.
     pub reserve: Duration,
+    /// Such a stream with no frame to decode yet also goes first for the model stage its
+    /// next frame needs (ahead of first-audio work), not only for its codec call.
+    pub urgent_model_stages: bool,
     /// A stream whose buffer runs dry within this time goes ahead of round robin.
     pub lead: Duration,
     /// Batch sizes the backend runs well (CUDA graph buckets), ascending.
@@ -35,6 +38,12 @@ pub struct Policy {
     pub fill: Fill,
     /// Top-ups of codec calls.
     pub codec_fill: Fill,
+    /// Most frames one codec call decodes, over all its rows (a row with more frames
+    /// pending is decoded in parts). A codec call's time grows with its frames (H200:
+    /// ~70 µs each above ~1.2 ms), and nothing else runs meanwhile: unbounded, a call
+    /// over streams that ran far ahead took 25-75 ms at 40 req/s and starved the
+    /// streams waiting for their second chunk.
+    pub codec_max_frames: usize,
     /// Rows that must be ready for a stage before `Fill::Max` takes them all: under light
     /// load a GPU has time to spare, and a first-audio call is quicker without passengers
     /// (small batches cost ~0.15 ms more per row on the H200; large ones ~0.02 ms).
@@ -75,6 +84,9 @@ impl Policy {
         if self.prefill_max_rows == 0 {
             return Err(ConfigError::Invalid("prefill_max_rows must be >= 1".into()));
         }
+        if self.codec_max_frames == 0 {
+            return Err(ConfigError::Invalid("codec_max_frames must be >= 1".into()));
+        }
         if self.reserve > self.lead {
             return Err(ConfigError::Invalid(format!(
                 "reserve {:?} exceeds lead {:?}",
@@ -99,7 +111,7 @@ pub struct Profile {
 impl Profile {
     /// Smallest chunks, generous urgency margins: the lowest time to first audio.
     pub fn latency() -> Self {
-        Self::build("latency", &[1, 2, 4, 8], 80, 400, 8, Fill::Bucket, 0)
+        Self::build("latency", &[1, 2, 4, 8], 80, 400, 8, Fill::Bucket, 0).codec_frames(64)
     }
 
     /// The default: a one-frame first chunk growing to 12 frames. Under load (16 or more
@@ -108,16 +120,23 @@ impl Profile {
     /// (H200: 3.3 vs 2.7 ms, 5.6 vs 4.2 ms) and the codec has a fixed part per call, so
     /// rows that ride along with first-audio work are cheap and fewer calls leave room for
     /// more streams; under light load
-    /// calls fill to their bucket only, so first audio is not slowed by passengers. Tuned
-    /// on the simulator with the H200's measured stage costs (`examples/sim_h200.rs`),
-    /// then checked end to end on the H200 (`bench/results/`).
+    /// calls fill to their bucket only, so first audio is not slowed by passengers. A
+    /// codec call decodes at most 96 frames (about 8 ms on the H200), so no stream waits
+    /// long behind streams that ran far ahead. Tuned on the simulator with the H200's
+    /// measured stage costs (`examples/sim_h200.rs`), then checked end to end on the H200
+    /// (`bench/results/`).
     pub fn balanced() -> Self {
-        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16)
+        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16).codec_frames(96)
     }
 
     /// Larger chunks and full batches: the most audio per GPU second.
     pub fn throughput() -> Self {
-        Self::build("throughput", &[2, 4, 8, 12, 16], 60, 240, 32, Fill::Max, 0)
+        Self::build("throughput", &[2, 4, 8, 12, 16], 60, 240, 32, Fill::Max, 0).codec_frames(160)
+    }
+
+    fn codec_frames(mut self, frames: usize) -> Self {
+        self.policy.codec_max_frames = frames;
+        self
     }
 
     /// A profile by name.
@@ -145,11 +164,13 @@ impl Profile {
             name: name.into(),
             policy: Policy {
                 reserve: Duration::from_millis(reserve_ms),
+                urgent_model_stages: true,
                 lead: Duration::from_millis(lead_ms),
                 buckets: DEFAULT_BUCKETS.to_vec(),
                 prefill_max_rows,
                 fill,
                 codec_fill: fill,
+                codec_max_frames: usize::MAX,
                 max_fill_from,
             },
             chunks: ChunkSchedule::clamped(chunks),

@@ -14,7 +14,8 @@
 //!
 //! In 1-3 the chosen rows may be topped up with other rows ready for the same stage, as
 //! far as [`Fill`] allows (codec top-ups only with chunks no longer than the longest
-//! chosen one); batches never exceed the largest bucket.
+//! chosen one); batches never exceed the largest bucket, and a codec call never decodes
+//! more than [`Policy::codec_max_frames`] frames (rows past that wait for the next call).
 
 use std::time::Duration;
 
@@ -131,6 +132,23 @@ pub fn plan(views: &[RequestView], now: Duration, policy: &Policy) -> Option<Pla
         urgent.sort_by_key(|v| (v.deadline, v.order));
         return Some(finish(Stage::Codec, urgent, views, policy, Reason::Urgent));
     }
+    // 1b. Urgent streams with nothing to decode yet: the model stage their next frame
+    // needs (under load, first-audio work could otherwise hold it back past the deadline).
+    if policy.urgent_model_stages {
+        let mut starving: Vec<&RequestView> = views
+            .iter()
+            .filter(|v| v.first_audio && v.ready.preferred().is_some())
+            .filter(|v| v.deadline.is_some_and(|d| d <= now + policy.reserve))
+            .collect();
+        starving.sort_by_key(|v| (v.deadline, v.order));
+        if let Some(stage) = starving.first().and_then(|v| v.ready.preferred()) {
+            let rows = starving
+                .into_iter()
+                .filter(|v| v.ready.has(stage))
+                .collect();
+            return Some(finish(stage, rows, views, policy, Reason::Urgent));
+        }
+    }
 
     // 2. Everything that leads to a request's first audio, nearest stage first.
     let mut fresh: Vec<&RequestView> = views.iter().filter(|v| !v.first_audio).collect();
@@ -174,9 +192,28 @@ pub fn plan(views: &[RequestView], now: Duration, policy: &Policy) -> Option<Pla
     rows.truncate(policy.stage_max_rows(stage));
     Some(Plan {
         stage,
-        rows: rows.iter().map(|v| v.id).collect(),
+        rows: within_frame_budget(stage, rows, policy),
         reason: Reason::RoundRobin,
     })
+}
+
+/// The rows' ids, in order; for the codec, only as many rows as
+/// [`Policy::codec_max_frames`] holds (each counted with at most that many frames, as the
+/// engine decodes no more per call), and always the first.
+fn within_frame_budget(stage: Stage, rows: Vec<&RequestView>, policy: &Policy) -> Vec<RequestId> {
+    let cap = policy.codec_max_frames;
+    let mut used = 0;
+    rows.into_iter()
+        .enumerate()
+        .take_while(|(i, v)| {
+            if stage != Stage::Codec {
+                return true;
+            }
+            used += v.ready.codec_frames.min(cap);
+            *i == 0 || used <= cap
+        })
+        .map(|(_, v)| v.id)
+        .collect()
 }
 
 /// Caps the chosen rows at the stage's limit and tops them up as the fill rule allows,
@@ -218,7 +255,7 @@ fn finish<'a>(
     }
     Plan {
         stage,
-        rows: chosen.iter().map(|v| v.id).collect(),
+        rows: within_frame_budget(stage, chosen, policy),
         reason,
     }
 }
@@ -237,11 +274,13 @@ mod tests {
     fn bucket_policy() -> Policy {
         Policy {
             reserve: ms(60),
+            urgent_model_stages: true,
             lead: ms(300),
             buckets: DEFAULT_BUCKETS.to_vec(),
             prefill_max_rows: 16,
             fill: Fill::Bucket,
             codec_fill: Fill::Bucket,
+            codec_max_frames: 1_000,
             max_fill_from: 0,
         }
     }
@@ -309,6 +348,42 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_about_to_run_dry_gets_its_model_stage_before_new_requests() {
+        let policy = bucket_policy();
+        // Stream 1 runs dry in 30 ms and has no frame to decode: its next frame needs a
+        // talker step. Stream 3 is further out (200 ms). Request 2 is new.
+        let views = [
+            view(1, STEP, true, Some(1_030)),
+            view(2, PREFILL, false, None),
+            view(3, STEP, true, Some(1_200)),
+        ];
+        let p = plan(&views, ms(1_000), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason, ids(&p)),
+            (Stage::TalkerStep, Reason::Urgent, vec![1]),
+        );
+        // The most urgent stream picks the stage; a second urgent row fills a bucket of
+        // two with the next-earliest deadline ready for it.
+        let mut more = views.to_vec();
+        more.push(view(4, STEP, true, Some(1_020)));
+        more.push(view(5, CODES, true, Some(1_010)));
+        let p = plan(&more, ms(1_000), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::CodePredictor, vec![5]));
+        more.pop();
+        let p = plan(&more, ms(1_000), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::TalkerStep, vec![4, 1]));
+        // With time to spare, or with the rule off, the new request goes first.
+        let p = plan(&views, ms(900), &policy).unwrap();
+        assert_eq!((p.stage, p.reason), (Stage::Prefill, Reason::FirstAudio));
+        let codec_only = Policy {
+            urgent_model_stages: false,
+            ..policy
+        };
+        let p = plan(&views, ms(1_000), &codec_only).unwrap();
+        assert_eq!((p.stage, p.reason), (Stage::Prefill, Reason::FirstAudio));
+    }
+
+    #[test]
     fn first_audio_work_runs_nearest_stage_first_and_fills_the_bucket() {
         let policy = bucket_policy();
         let mut views = vec![
@@ -356,6 +431,45 @@ mod tests {
         ];
         let p = plan(&views, ms(0), &policy).unwrap();
         assert_eq!((p.stage, ids(&p)), (Stage::Codec, vec![1, 3, 4]));
+    }
+
+    #[test]
+    fn a_codec_call_stays_within_its_frame_budget() {
+        let policy = Policy {
+            codec_fill: Fill::Max,
+            codec_max_frames: 20,
+            ..bucket_policy()
+        };
+        let chunk = |frames| Ready {
+            codec_frames: frames,
+            codec_chunk: true,
+            ..Ready::default()
+        };
+        // Round robin over streams that ran ahead: 12 + 8 frames fit, the next 12 wait.
+        let views = [
+            view(1, chunk(12), true, Some(9_000)),
+            view(2, chunk(8), true, Some(9_000)),
+            view(3, chunk(12), true, Some(9_000)),
+        ];
+        let p = plan(&views, ms(0), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason, ids(&p)),
+            (Stage::Codec, Reason::RoundRobin, vec![1, 2])
+        );
+        // The first row always goes, even when it alone holds more than the budget (the
+        // engine then decodes the budget's worth of its frames); then the call is full.
+        let views = [
+            view(1, chunk(30), true, Some(1_010)),
+            view(2, chunk(1), true, Some(1_020)),
+            view(3, chunk(2), true, Some(1_030)),
+        ];
+        let p = plan(&views, ms(1_000), &policy).unwrap();
+        assert_eq!((p.reason, ids(&p)), (Reason::Urgent, vec![1]));
+        let roomy = Policy {
+            codec_max_frames: 32,
+            ..policy
+        };
+        assert_eq!(ids(&plan(&views, ms(1_000), &roomy).unwrap()), vec![1, 2]);
     }
 
     #[test]

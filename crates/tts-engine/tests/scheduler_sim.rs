@@ -277,3 +277,44 @@ fn a_failing_request_does_not_stop_the_others() {
         Some(20)
     );
 }
+
+#[test]
+fn a_small_codec_budget_decodes_in_parts_and_loses_nothing() {
+    // A slow codec lets streams run ahead; each call may decode at most 5 frames.
+    let mut config = SimConfig {
+        costs: StageCosts {
+            codec_per_frame: ms(2),
+            ..StageCosts::gpu_like()
+        },
+        ..SimConfig::default()
+    };
+    config.profile.policy.codec_max_frames = 5;
+    let reqs: Vec<SimRequest> = (0..6).map(|i| request(i * 5, 40, 300 + i)).collect();
+    let out = simulate(&config, &reqs);
+    for r in &out.requests {
+        assert_eq!(r.usage().expect("done").frames, 40);
+        assert!(
+            r.audio() == expected_audio(r.spec.seed, 40, 0),
+            "{:?}: audio lost or out of order",
+            r.id
+        );
+    }
+    // Simulated cost: 0.5 ms + 2 ms per frame, so a call of at most 5 frames ends
+    // within 10.5 ms of its start.
+    let codec: Vec<_> = out
+        .steps
+        .iter()
+        .filter(|s| s.stage == Stage::Codec)
+        .collect();
+    assert!(codec
+        .iter()
+        .all(|s| s.ended - s.started <= ms(10) + Duration::from_micros(500)));
+    // Without the budget, the same load makes longer calls.
+    let mut open = config.clone();
+    open.profile.policy.codec_max_frames = usize::MAX;
+    let wide = simulate(&open, &reqs);
+    assert!(wide
+        .steps
+        .iter()
+        .any(|s| s.stage == Stage::Codec && s.ended - s.started > ms(11)));
+}

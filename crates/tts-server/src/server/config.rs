@@ -36,6 +36,18 @@ pub struct ServeArgs {
     /// Scheduling profile: latency, balanced or throughput [balanced].
     #[arg(long, env = "QWEN3_TTS_PROFILE")]
     pub profile: Option<String>,
+    /// A stream whose client buffer runs dry within this many ms goes first [the
+    /// profile's: 40 for balanced].
+    #[arg(long, env = "QWEN3_TTS_RESERVE_MS")]
+    pub reserve_ms: Option<u64>,
+    /// Such a stream goes first for the model stages its next frame needs too, not only
+    /// for its codec call (true/false) [true].
+    #[arg(long, env = "QWEN3_TTS_URGENT_MODEL_STAGES", action = clap::ArgAction::Set)]
+    pub urgent_model_stages: Option<bool>,
+    /// Most frames one codec call decodes, over all its streams [the profile's: 96 for
+    /// balanced].
+    #[arg(long, env = "QWEN3_TTS_CODEC_MAX_FRAMES")]
+    pub codec_max_frames: Option<usize>,
     /// Requests that may wait for a slot; beyond it 429 with Retry-After [64].
     #[arg(long, env = "QWEN3_TTS_MAX_QUEUE")]
     pub max_queue: Option<usize>,
@@ -104,6 +116,9 @@ pub struct FileConfig {
     pub host: Option<String>,
     pub port: Option<u16>,
     pub profile: Option<String>,
+    pub reserve_ms: Option<u64>,
+    pub urgent_model_stages: Option<bool>,
+    pub codec_max_frames: Option<usize>,
     pub max_queue: Option<usize>,
     pub max_slots: Option<usize>,
     pub max_active: Option<usize>,
@@ -251,10 +266,27 @@ impl ServeArgs {
             (None, None) => d.device,
         };
         let profile_name = self.profile.clone().or(file.profile);
-        let profile = match profile_name {
+        let mut profile = match profile_name {
             Some(name) => Profile::named(&name).map_err(|e| invalid("profile", e.to_string()))?,
             None => d.profile,
         };
+        if let Some(ms) = self.reserve_ms.or(file.reserve_ms) {
+            profile.policy.reserve = Duration::from_millis(ms);
+            profile
+                .policy
+                .validate()
+                .map_err(|e| invalid("reserve_ms", e.to_string()))?;
+        }
+        if let Some(on) = self.urgent_model_stages.or(file.urgent_model_stages) {
+            profile.policy.urgent_model_stages = on;
+        }
+        if let Some(frames) = self.codec_max_frames.or(file.codec_max_frames) {
+            profile.policy.codec_max_frames = frames;
+            profile
+                .policy
+                .validate()
+                .map_err(|e| invalid("codec_max_frames", e.to_string()))?;
+        }
         let secs = |option: &'static str,
                     cli: Option<f64>,
                     file: Option<f64>,
@@ -412,6 +444,39 @@ mod tests {
         assert_eq!(c.voice_aliases, vec![("alloy".into(), "vivian".into())]);
         assert_eq!(c.model, "demo");
         assert_eq!(c.model_aliases.len(), 3);
+        assert!(c.profile.policy.urgent_model_stages);
+    }
+
+    #[test]
+    fn scheduling_knobs_override_the_profile() {
+        let file: FileConfig = toml::from_str("reserve_ms = 55\n").unwrap();
+        let args = ServeArgs {
+            urgent_model_stages: Some(false),
+            ..Default::default()
+        };
+        let c = args.resolve_with(file).unwrap();
+        assert_eq!(c.profile.name, "balanced");
+        assert_eq!(c.profile.policy.reserve, Duration::from_millis(55));
+        assert!(!c.profile.policy.urgent_model_stages);
+        // A reserve beyond the profile's lead (150 ms for balanced) is refused by name.
+        let args = ServeArgs {
+            reserve_ms: Some(500),
+            ..Default::default()
+        };
+        let err = args.resolve_with(FileConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("reserve_ms"), "{err}");
+        let file: FileConfig = toml::from_str("codec_max_frames = 0\n").unwrap();
+        let err = ServeArgs::default().resolve_with(file).unwrap_err();
+        assert!(err.to_string().contains("codec_max_frames"), "{err}");
+        assert_eq!(
+            ServeArgs::default()
+                .resolve_with(FileConfig::default())
+                .unwrap()
+                .profile
+                .policy
+                .codec_max_frames,
+            96
+        );
     }
 
     #[test]
