@@ -3,7 +3,7 @@
 # `qwen3-tts bench` client on loopback, one bench run per rate with a /metrics snapshot
 # after each (stage batch sizes and durations per rate come from their differences).
 # Usage (repository root of the device machine, binary carried in .device-carry/):
-#   RATES="1 10 40" LABEL=a OUT=... bash bench/e2e-sweep.sh
+#   RATES="1 10 40" LABEL=a OUT=... [SERVE_ARGS="--urgent-model-stages false"] [BENCH_ARGS=--raw] bash bench/e2e-sweep.sh
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried
@@ -15,7 +15,7 @@ WARMUP=${WARMUP:-30}
 DURATION=${DURATION:-60}
 mkdir -p "$OUT/$LABEL"
 $D/qwen3-tts serve --model random:1.7b --device cuda --max-slots 192 --max-queue 256 \
-    --port 8000 > "$OUT/$LABEL/server.log" 2>&1 &
+    --port 8000 ${SERVE_ARGS:-} > "$OUT/$LABEL/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 240); do
     curl -sf http://127.0.0.1:8000/ready > /dev/null && break
@@ -24,11 +24,12 @@ done
 curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-0.txt"
 for rate in ${RATES:-1 10 40}; do
     $D/qwen3-tts bench --url http://127.0.0.1:8000 --rates "$rate" --warmup "$WARMUP" \
-        --duration "$DURATION" --label "h200-$LABEL-$rate" --out "$OUT/$LABEL/r$rate" \
+        --duration "$DURATION" --label "h200-$LABEL-$rate"  --out "$OUT/$LABEL/r$rate" ${BENCH_ARGS:-} \
         > "$OUT/$LABEL/bench-$rate.txt" 2>&1
     echo "rate $rate rc $?"
     curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$rate.txt"
     grep -E "^\| *$rate \|" "$OUT/$LABEL/r$rate"*.md 2>/dev/null | head -2
+    grep "tightest" "$OUT/$LABEL/bench-$rate.txt"
 done
 kill -TERM $server
 wait $server
