@@ -18,11 +18,7 @@ pub struct Percentiles {
 impl Percentiles {
     /// `None` for no values; NaNs are ignored.
     pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
-        let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
+        let v = sorted(values)?;
         Some(Self {
             n: v.len(),
             p50: percentile(&v, 0.50),
@@ -47,11 +43,7 @@ pub struct Lows {
 impl Lows {
     /// `None` for no values; NaNs are ignored.
     pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
-        let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
+        let v = sorted(values)?;
         Some(Self {
             n: v.len(),
             min: v[0],
@@ -60,6 +52,13 @@ impl Lows {
             p50: percentile(&v, 0.50),
         })
     }
+}
+
+/// The values without NaNs, ascending; `None` when none is left.
+fn sorted(values: impl IntoIterator<Item = f64>) -> Option<Vec<f64>> {
+    let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then_some(v)
 }
 
 /// The `q` quantile (0 < q <= 1) of sorted values by nearest rank; 0 for none.

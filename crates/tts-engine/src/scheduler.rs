@@ -314,6 +314,15 @@ mod tests {
         ..CODES
     };
 
+    /// Ready for the codec only, with `frames` frames making a chunk.
+    fn chunk(frames: usize) -> Ready {
+        Ready {
+            codec_frames: frames,
+            codec_chunk: true,
+            ..Ready::default()
+        }
+    }
+
     fn ids(p: &Plan) -> Vec<u64> {
         p.rows.iter().map(|r| r.0).collect()
     }
@@ -418,11 +427,6 @@ mod tests {
             codec_fill: Fill::Max,
             ..bucket_policy()
         };
-        let chunk = |frames| Ready {
-            codec_frames: frames,
-            codec_chunk: true,
-            ..Ready::default()
-        };
         let views = [
             view(1, chunk(2), false, None),
             view(2, chunk(12), true, Some(9_000)),
@@ -439,11 +443,6 @@ mod tests {
             codec_fill: Fill::Max,
             codec_max_frames: 20,
             ..bucket_policy()
-        };
-        let chunk = |frames| Ready {
-            codec_frames: frames,
-            codec_chunk: true,
-            ..Ready::default()
         };
         // Round robin over streams that ran ahead: 12 + 8 frames fit, the next 12 wait.
         let views = [
