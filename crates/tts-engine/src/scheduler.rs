@@ -4,7 +4,9 @@
 //!
 //! The policy (DESIGN.md, "Scheduling rules"), first match wins:
 //! 1. **Urgent codec**: streams whose client buffer runs dry within `reserve` and that
-//!    have frames not yet decoded: decode them now, even a partial chunk.
+//!    have frames not yet decoded: decode them now, even a partial chunk. Then, with
+//!    [`Policy::urgent_model_stages`], such streams with nothing to decode yet: the
+//!    stage their next frame needs (the most urgent one picks it).
 //! 2. **First audio**: requests that have not sent audio yet, in the order codec, prefill,
 //!    code predictor, talker step (the stage nearest to audio first), oldest first.
 //! 3. **Lead**: streams whose buffer runs dry within `lead`, earliest deadline first; the
