@@ -6,7 +6,7 @@
 //! `chunks=1,2,4`, `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`,
 //! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`; stage costs: `jitter=0.1` (random
 //! extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
-//! `codec_base_us=`, `prefill_row_us=`.
+//! `codec_base_us=`, `prefill_row_us=`; `seed=2` (arrivals, texts and jitter).
 
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
     }
     let mut profile = arg(4, "balanced").parse::<Profile>()?;
-    let mut jitter = Jitter::default();
+    let mut jitter_scale = 0.0;
     for kv in a.iter().skip(6) {
         let (key, value) = kv
             .split_once('=')
@@ -69,7 +69,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "lead_ms" => p.lead = Duration::from_millis(value.parse()?),
             "prefill_rows" => p.prefill_max_rows = value.parse()?,
             "max_fill_from" => p.max_fill_from = value.parse()?,
-            "jitter" => jitter = Jitter::new(value.parse()?, spec.seed),
+            "jitter" => jitter_scale = value.parse()?,
+            "seed" => spec.seed = value.parse()?,
             "cp_base_us" => costs.code_predictor_base = us(value.parse()?),
             "talker_base_us" => costs.talker_base = us(value.parse()?),
             "codec_base_us" => costs.codec_base = us(value.parse()?),
@@ -78,6 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     profile.policy.validate()?;
+    let jitter = Jitter::new(jitter_scale, spec.seed);
     let sim = SimConfig {
         profile,
         costs,

@@ -26,7 +26,8 @@ pub struct Policy {
     /// Codec work for a stream whose client buffer runs dry within this time is urgent.
     pub reserve: Duration,
     /// Such a stream with no frame to decode yet also goes first for the model stage its
-    /// next frame needs (ahead of first-audio work), not only for its codec call.
+    /// next frame needs (ahead of first-audio work), not only for its codec call; the
+    /// urgent streams go in deadline order, whichever stage each needs.
     pub urgent_model_stages: bool,
     /// A stream whose buffer runs dry within this time goes ahead of round robin.
     pub lead: Duration,

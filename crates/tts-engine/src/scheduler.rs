@@ -3,10 +3,11 @@
 //! the engine loop and the simulator call it the same way.
 //!
 //! The policy (DESIGN.md, "Scheduling rules"), first match wins:
-//! 1. **Urgent codec**: streams whose client buffer runs dry within `reserve` and that
-//!    have frames not yet decoded: decode them now, even a partial chunk. Then, with
-//!    [`Policy::urgent_model_stages`], such streams with nothing to decode yet: the
-//!    stage their next frame needs (the most urgent one picks it).
+//! 1. **Urgent**: streams whose client buffer runs dry within `reserve`, earliest
+//!    deadline first: the most urgent one with frames not yet decoded has them decoded
+//!    now, even a partial chunk (with the other urgent rows that have frames); with
+//!    [`Policy::urgent_model_stages`] one with nothing to decode yet picks the model stage
+//!    its next frame needs (without, such streams wait for rule 3).
 //! 2. **First audio**: requests that have not sent audio yet, in the order codec, prefill,
 //!    code predictor, talker step (the stage nearest to audio first), oldest first.
 //! 3. **Lead**: streams whose buffer runs dry within `lead`, earliest deadline first; the
@@ -124,32 +125,30 @@ pub struct Plan {
 
 /// The next plan, or `None` when no request can run anything.
 pub fn plan(views: &[RequestView], now: Duration, policy: &Policy) -> Option<Plan> {
-    // 1. Urgent codec work: partial chunks count, a short chunk beats a gap.
+    // 1. Streams about to run dry, earliest deadline first: codec work (partial chunks
+    // count, a short chunk beats a gap), or with `urgent_model_stages` the model stage
+    // the next frame of one with nothing to decode yet needs.
     let mut urgent: Vec<&RequestView> = views
         .iter()
-        .filter(|v| v.first_audio && v.ready.codec_frames > 0)
-        .filter(|v| v.deadline.is_some_and(|d| d <= now + policy.reserve))
+        .filter(|v| v.first_audio && v.deadline.is_some_and(|d| d <= now + policy.reserve))
+        .filter(|v| {
+            v.ready.codec_frames > 0
+                || (policy.urgent_model_stages && v.ready.preferred().is_some())
+        })
         .collect();
-    if !urgent.is_empty() {
-        urgent.sort_by_key(|v| (v.deadline, v.order));
-        return Some(finish(Stage::Codec, urgent, views, policy, Reason::Urgent));
-    }
-    // 1b. Urgent streams with nothing to decode yet: the model stage their next frame
-    // needs (under load, first-audio work could otherwise hold it back past the deadline).
-    if policy.urgent_model_stages {
-        let mut starving: Vec<&RequestView> = views
-            .iter()
-            .filter(|v| v.first_audio && v.ready.preferred().is_some())
-            .filter(|v| v.deadline.is_some_and(|d| d <= now + policy.reserve))
-            .collect();
-        starving.sort_by_key(|v| (v.deadline, v.order));
-        if let Some(stage) = starving.first().and_then(|v| v.ready.preferred()) {
-            let rows = starving
-                .into_iter()
-                .filter(|v| v.ready.has(stage))
-                .collect();
-            return Some(finish(stage, rows, views, policy, Reason::Urgent));
-        }
+    urgent.sort_by_key(|v| (v.deadline, v.order));
+    if let Some(first) = urgent.first() {
+        let (stage, rows) = if first.ready.codec_frames > 0 {
+            let rows = urgent.into_iter().filter(|v| v.ready.codec_frames > 0);
+            (Stage::Codec, rows.collect())
+        } else {
+            let stage = first.ready.preferred()?;
+            (
+                stage,
+                urgent.into_iter().filter(|v| v.ready.has(stage)).collect(),
+            )
+        };
+        return Some(finish(stage, rows, views, policy, Reason::Urgent));
     }
 
     // 2. Everything that leads to a request's first audio, nearest stage first.
@@ -383,6 +382,21 @@ mod tests {
         more.pop();
         let p = plan(&more, ms(1_000), &policy).unwrap();
         assert_eq!((p.stage, ids(&p)), (Stage::TalkerStep, vec![4, 1]));
+        // Earliest deadline first across stages: a stream with frames to decode that runs
+        // dry later waits for the step; one that runs dry sooner goes first.
+        let partial = Ready {
+            codec_frames: 1,
+            ..Ready::default()
+        };
+        more.push(view(6, partial, true, Some(1_025)));
+        let p = plan(&more, ms(1_000), &policy).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::TalkerStep, vec![4, 1]));
+        more.last_mut().unwrap().deadline = Some(ms(1_005));
+        let p = plan(&more, ms(1_000), &policy).unwrap();
+        assert_eq!(
+            (p.stage, p.reason, ids(&p)),
+            (Stage::Codec, Reason::Urgent, vec![6])
+        );
         // With time to spare, or with the rule off, the new request goes first.
         let p = plan(&views, ms(900), &policy).unwrap();
         assert_eq!((p.stage, p.reason), (Stage::Prefill, Reason::FirstAudio));
