@@ -2,6 +2,7 @@
 //! `Backend` (CPU reference or CUDA).
 
 use anyhow::Context;
+use tts_cuda::codec::CodecPrecision;
 use tts_cuda::persistent::{OwnRows, Prefetch};
 use tts_model::reference::CpuBackend;
 use tts_model::{Backend, Fp8Scope, Model};
@@ -87,6 +88,7 @@ pub fn create_cuda(
             "prompt heads",
         )?,
         codec_small_gemv: std::env::var("QWEN3_TTS_CODEC_GEMV").map_or(true, |v| v != "0"),
+        codec_precision: codec_precision_knob()?,
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights
         persistent_cp_rows: rows_knob(
@@ -118,6 +120,21 @@ fn fp8_knob() -> anyhow::Result<Fp8Scope> {
         tracing::info!(%scope, "FP8 (E4M3, row-scaled) decoder-layer weights");
     }
     Ok(scope)
+}
+
+/// The codec's cuBLAS arithmetic (`$QWEN3_TTS_CODEC_PRECISION`: tf32, bf16 or f32;
+/// default tf32).
+fn codec_precision_knob() -> anyhow::Result<CodecPrecision> {
+    let p = match std::env::var("QWEN3_TTS_CODEC_PRECISION") {
+        Ok(v) => v
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("QWEN3_TTS_CODEC_PRECISION={v}: {e}"))?,
+        Err(_) => CodecPrecision::Tf32,
+    };
+    if p != CodecPrecision::Tf32 {
+        tracing::info!(precision = ?p, "codec GEMM arithmetic");
+    }
+    Ok(p)
 }
 
 /// A row count from `$name` (a whole number), else `default`.

@@ -42,6 +42,9 @@ pub enum Rounding {
     Tf32,
     /// The weights to bf16 (nearest even), inputs f32: what bf16 codec weights would cost.
     Bf16Weights,
+    /// Both operands to bf16 (nearest even), as cuBLAS's `CUBLAS_COMPUTE_32F_FAST_16BF`
+    /// does with f32 matrices: [`super::CodecPrecision::Bf16`].
+    Bf16,
 }
 
 /// One operand's rounding.
@@ -206,6 +209,7 @@ impl Emu {
             Rounding::Exact => (|v| v, |v| v),
             Rounding::Tf32 => (tf32, tf32),
             Rounding::Bf16Weights => (bf16, |v| v),
+            Rounding::Bf16 => (bf16, bf16),
         };
         let wr: Vec<f32> = g.w.iter().map(|&v| rw(v)).collect();
         let xr: Vec<f32> = xs.iter().map(|&v| rx(v)).collect();
@@ -258,7 +262,7 @@ impl Emu {
             beta: f.beta,
         };
         let round = match self.rounding {
-            Rounding::Tf32 => Rounding::Exact,
+            Rounding::Tf32 | Rounding::Bf16 => Rounding::Exact,
             r => r,
         };
         self.gemm(&g, &xs, frames, round);
@@ -417,8 +421,9 @@ impl Emu {
                     ldc,
                     beta,
                 };
+                // the few-step GEMV is exact f32 whatever cuBLAS's arithmetic
                 let round = match self.rounding {
-                    Rounding::Tf32 if exact => Rounding::Exact,
+                    Rounding::Tf32 | Rounding::Bf16 if exact => Rounding::Exact,
                     r => r,
                 };
                 self.gemm(&g, &xs, n, round);
@@ -882,15 +887,15 @@ mod tests {
     }
 
     /// Predicts the error of the GPU's default TF32 GEMMs on the fixture (the bound the
-    /// GPU test uses). This random network amplifies rounding strongly: TF32 operands
-    /// (relative 2^-11) give max abs 4.1e-2, rms 5.5e-3 against a signal rms of 0.24
-    /// (with truncation instead of rounding: 8.8e-2 / 1.4e-2).
+    /// GPU test uses), and of bf16 weights or bf16 operands. This random network amplifies
+    /// rounding strongly: TF32 operands (relative 2^-11) give max abs 2.7e-2, rms 4.2e-3
+    /// against a signal rms of 0.24; bf16 operands on the cuBLAS GEMMs 8.7e-2 / 1.5e-2.
     #[test]
     fn emulated_rounding_error_on_the_fixture() {
         let c = case("codec_long_w72");
         let want = cpu_decode(&c.model, &c.codes);
         let mut err = Vec::new();
-        for r in [Rounding::Tf32, Rounding::Bf16Weights] {
+        for r in [Rounding::Tf32, Rounding::Bf16Weights, Rounding::Bf16] {
             let mut e = emu(&c.model, 1, 8);
             e.rounding = r;
             let got = e.decode(&[(0, &c.codes)]).remove(0);
@@ -905,8 +910,24 @@ mod tests {
             );
             err.push(rms);
         }
-        // bf16 weights (7-bit mantissa) cost more than TF32 operands (10-bit)
-        assert!(err[1] > err[0], "bf16 {} vs TF32 {}", err[1], err[0]);
+        // bf16 weights or operands (8-bit mantissa) cost more than TF32 operands (11-bit)
+        assert!(
+            err[1] > err[0],
+            "bf16 weights {} vs TF32 {}",
+            err[1],
+            err[0]
+        );
+        assert!(
+            err[2] > err[0],
+            "bf16 operands {} vs TF32 {}",
+            err[2],
+            err[0]
+        );
+        assert_eq!(
+            "BF16".parse::<crate::codec::CodecPrecision>(),
+            Ok(crate::codec::CodecPrecision::Bf16)
+        );
+        assert!("fp16".parse::<crate::codec::CodecPrecision>().is_err());
     }
 
     /// The release geometry (random weights), a few frames: exact, TF32 and bf16-weight emulation vs
