@@ -110,12 +110,7 @@ pub fn create_cuda(
 /// Which decoder-layer matrices run as FP8 (`$QWEN3_TTS_FP8`: none, talker-mlp or layers;
 /// default none, the stored weights).
 fn fp8_knob() -> anyhow::Result<Fp8Scope> {
-    let scope = match std::env::var("QWEN3_TTS_FP8") {
-        Ok(v) => v
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("QWEN3_TTS_FP8={v}: {e}"))?,
-        Err(_) => Fp8Scope::None,
-    };
+    let scope = parsed_knob("QWEN3_TTS_FP8", Fp8Scope::None)?;
     if scope != Fp8Scope::None {
         tracing::info!(%scope, "FP8 (E4M3, row-scaled) decoder-layer weights");
     }
@@ -125,16 +120,21 @@ fn fp8_knob() -> anyhow::Result<Fp8Scope> {
 /// The codec's cuBLAS arithmetic (`$QWEN3_TTS_CODEC_PRECISION`: tf32, bf16 or f32;
 /// default tf32).
 fn codec_precision_knob() -> anyhow::Result<CodecPrecision> {
-    let p = match std::env::var("QWEN3_TTS_CODEC_PRECISION") {
-        Ok(v) => v
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("QWEN3_TTS_CODEC_PRECISION={v}: {e}"))?,
-        Err(_) => CodecPrecision::Tf32,
-    };
+    let p = parsed_knob("QWEN3_TTS_CODEC_PRECISION", CodecPrecision::Tf32)?;
     if p != CodecPrecision::Tf32 {
         tracing::info!(precision = ?p, "codec GEMM arithmetic");
     }
     Ok(p)
+}
+
+/// `$name` parsed, else `default`; a value that does not parse is an error naming it.
+fn parsed_knob<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> anyhow::Result<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("{name}={v}: {e}")),
+        Err(_) => Ok(default),
+    }
 }
 
 /// A row count from `$name` (a whole number), else `default`.
