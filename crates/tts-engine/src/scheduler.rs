@@ -137,16 +137,19 @@ pub fn plan(views: &[RequestView], now: Duration, policy: &Policy) -> Option<Pla
         })
         .collect();
     urgent.sort_by_key(|v| (v.deadline, v.order));
-    if let Some(first) = urgent.first() {
-        let (stage, rows) = if first.ready.codec_frames > 0 {
-            let rows = urgent.into_iter().filter(|v| v.ready.codec_frames > 0);
-            (Stage::Codec, rows.collect())
+    // (a stream passed the filter with frames to decode or with a stage it is ready for)
+    let first_stage = urgent.first().and_then(|v| match v.ready.codec_frames {
+        0 => v.ready.preferred(),
+        _ => Some(Stage::Codec),
+    });
+    if let Some(stage) = first_stage {
+        let rows = if stage == Stage::Codec {
+            urgent
+                .into_iter()
+                .filter(|v| v.ready.codec_frames > 0)
+                .collect()
         } else {
-            let stage = first.ready.preferred()?;
-            (
-                stage,
-                urgent.into_iter().filter(|v| v.ready.has(stage)).collect(),
-            )
+            urgent.into_iter().filter(|v| v.ready.has(stage)).collect()
         };
         return Some(finish(stage, rows, views, policy, Reason::Urgent));
     }
