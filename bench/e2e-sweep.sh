@@ -24,7 +24,7 @@ done
 curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-0.txt"
 for rate in ${RATES:-1 10 40}; do
     $D/qwen3-tts bench --url http://127.0.0.1:8000 --rates "$rate" --warmup "$WARMUP" \
-        --duration "$DURATION" --label "h200-$LABEL-$rate"  --out "$OUT/$LABEL/r$rate" ${BENCH_ARGS:-} \
+        --duration "$DURATION" --label "h200-$LABEL-$rate" --out "$OUT/$LABEL/r$rate" ${BENCH_ARGS:-} \
         > "$OUT/$LABEL/bench-$rate.txt" 2>&1
     echo "rate $rate rc $?"
     curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$rate.txt"

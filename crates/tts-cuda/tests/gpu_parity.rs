@@ -844,12 +844,11 @@ fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
         let q = Fp8Rows::quantize(&w, n, k);
         let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
         let l8 = Linear::new_fp8(&gpu, &q, Some(&bias)).unwrap();
-        let deq: Vec<u16> = q
-            .dequantize()
-            .iter()
-            .map(|&v| half::bf16::from_f32(v).to_bits())
-            .collect();
-        let l16 = Linear::new(&gpu, &deq, n, k, Some(&bias)).unwrap();
+        // the same layer's bf16 copy of the dequantized weights, without its codes
+        let l16 = Linear {
+            fp8: None,
+            ..Linear::new_fp8(&gpu, &q, Some(&bias)).unwrap()
+        };
         let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
         let gd = gpu.upload(&g).unwrap();
         for m in [1usize, 2] {
