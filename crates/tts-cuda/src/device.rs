@@ -485,10 +485,6 @@ impl Gpu {
                 bsys::cudaDataType_t::CUDA_R_32F,
                 bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             ),
-            GemmType::F32FastBf16 => (
-                bsys::cudaDataType_t::CUDA_R_32F,
-                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_16BF,
-            ),
         };
         // SAFETY: the handle is bound to our stream; the pointers are device buffers whose
         // sizes the callers derive from the same (m, n, k, ld*) they pass here.
@@ -567,6 +563,4 @@ pub enum GemmType {
     F32Tf32,
     /// Full-precision f32 (no TF32): for parity checks.
     F32,
-    /// f32 matrices, both rounded to bf16 for bf16 tensor cores (f32 accumulation).
-    F32FastBf16,
 }

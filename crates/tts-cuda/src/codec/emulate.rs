@@ -42,8 +42,10 @@ pub enum Rounding {
     Tf32,
     /// The weights to bf16 (nearest even), inputs f32: what bf16 codec weights would cost.
     Bf16Weights,
-    /// Both operands to bf16 (nearest even), as cuBLAS's `CUBLAS_COMPUTE_32F_FAST_16BF`
-    /// does with f32 matrices: [`super::CodecPrecision::Bf16`].
+    /// Both operands of the cuBLAS GEMMs to bf16 (nearest even): what a bf16 convolution
+    /// path would cost (an estimate; the GPU has no such path: cuBLAS's
+    /// `CUBLAS_COMPUTE_32F_FAST_16BF` on f32 matrices ran the same TF32 kernels on the H200,
+    /// `bench/results/2026-12-01-h200-codec-snake`).
     Bf16,
 }
 
@@ -924,10 +926,10 @@ mod tests {
             err[0]
         );
         assert_eq!(
-            "BF16".parse::<crate::codec::CodecPrecision>(),
-            Ok(crate::codec::CodecPrecision::Bf16)
+            "TF32".parse::<crate::codec::CodecPrecision>(),
+            Ok(crate::codec::CodecPrecision::Tf32)
         );
-        assert!("fp16".parse::<crate::codec::CodecPrecision>().is_err());
+        assert!("bf16".parse::<crate::codec::CodecPrecision>().is_err());
     }
 
     /// The release geometry (random weights), a few frames: exact, TF32 and bf16-weight emulation vs

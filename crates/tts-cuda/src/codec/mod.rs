@@ -66,10 +66,6 @@ pub enum CodecPrecision {
     Tf32,
     /// Full f32 GEMMs (slower; for parity checks).
     F32,
-    /// bf16 tensor cores (both operands rounded to 8-bit mantissas, f32 accumulation):
-    /// twice TF32's peak rate, about 3.4x its error on the fixture
-    /// (`emulate::Rounding::Bf16`). The few-step GEMV path stays exact f32.
-    Bf16,
 }
 
 impl std::str::FromStr for CodecPrecision {
@@ -78,10 +74,7 @@ impl std::str::FromStr for CodecPrecision {
         match s.to_ascii_lowercase().as_str() {
             "tf32" => Ok(Self::Tf32),
             "f32" => Ok(Self::F32),
-            "bf16" => Ok(Self::Bf16),
-            _ => Err(format!(
-                "unknown codec precision `{s}` (use tf32, bf16 or f32)"
-            )),
+            _ => Err(format!("unknown codec precision `{s}` (use tf32 or f32)")),
         }
     }
 }
@@ -193,7 +186,6 @@ impl DevCodec {
         self.gemm.blas = match p {
             CodecPrecision::Tf32 => GemmType::F32Tf32,
             CodecPrecision::F32 => GemmType::F32,
-            CodecPrecision::Bf16 => GemmType::F32FastBf16,
         };
         self.graphs.clear();
     }
