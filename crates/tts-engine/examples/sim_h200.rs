@@ -26,7 +26,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // stage benchmark's shape over batch sizes (talker step 1.74 / 2.68 / 3.28 ms and code
     // predictor 2.42 / 3.64 / 5.56 ms at 1 / 8 / 64 rows: steep up to 8 rows, flat beyond);
     // codec: 1.2 ms per call + 70 us per decoded frame (stage benchmark at 1-12 frames x
-    // 1-32 rows, plus the host side seen end to end).
+    // 1-32 rows, plus the host side seen end to end), the per-frame part scaled by the
+    // stage benchmark's 63 -> 57 us per frame and row at 32-64 rows with the cheaper snake
+    // sine of 25f9df1 (bench/results/2026-12-01-h200-codec-snake).
     let mut costs = StageCosts {
         prefill_base: us(300),
         prefill_per_row: us(2_600),
@@ -38,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         talker_per_row: us(11),
         small_rows: 8,
         codec_base: us(1_200),
-        codec_per_frame: us(70),
+        codec_per_frame: us(64),
     };
     let mut spec = LoadSpec {
         rate: arg(1, "10").parse()?,
