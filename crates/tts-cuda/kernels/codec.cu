@@ -128,19 +128,30 @@ extern "C" __global__ void codec_rvq(const int* __restrict__ codes, const int* _
     }
 }
 
+// f32 -> f16 bits, round to nearest even, saturated to the finite range (f16 columns feed
+// cuBLAS f16 GEMMs: the same 10-bit mantissa as TF32, `CodecPrecision::F16`).
+__device__ __forceinline__ unsigned short f2h_sat(float f) {
+    unsigned short h;
+    f = fminf(fmaxf(f, -65504.0f), 65504.0f);
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ void col_store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void col_store(unsigned short* p, float v) { *p = f2h_sat(v); }
+
 // im2col of a causal conv (taps k, dilation d, ctx = (k-1)·d) with the activation of its
 // input applied on the fly: col[s][j*cin + i] = act(x[s - (k-1-j)·d][i]), from the history
 // before the row's first step; then the ones/zero columns up to ldcol. A causal transposed
 // conv (kernel g·r, stride r) is the same with k = g, d = 1. hist_off < 0: no history
 // (ctx must be 0). Grid: steps + nrows*ctx blocks (the latter update the history).
 #define IM2COL_U 4
-extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, int cin, int taps,
-                                        int dil, int rate, int act,
-                                        const float* __restrict__ alpha,
-                                        const float* __restrict__ inv_beta, float* state,
-                                        int slot_stride, int hist_off,
-                                        const int* __restrict__ meta_p, int R, int steps,
-                                        int nrows, float* __restrict__ col, int ldcol) {
+template <typename T>
+__device__ __forceinline__ void codec_im2col_body(
+    const float* __restrict__ x, int ldx, int cin, int taps, int dil, int rate, int act,
+    const float* __restrict__ alpha, const float* __restrict__ inv_beta, float* state,
+    int slot_stride, int hist_off, const int* __restrict__ meta_p, int R, int steps, int nrows,
+    T* __restrict__ col, int ldcol) {
     CodecMeta meta{meta_p, R};
     int ctx = (taps - 1) * dil;
     if ((int)blockIdx.x >= steps) {
@@ -150,10 +161,10 @@ extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, in
     }
     size_t s = blockIdx.x;
     int K = taps * cin;
-    float* out = col + s * ldcol;
+    T* out = col + s * ldcol;
     int row = meta.frame_row((int)(s / rate));
     if (row < 0) {
-        for (int c = threadIdx.x; c < ldcol; c += blockDim.x) out[c] = 0.f;
+        for (int c = threadIdx.x; c < ldcol; c += blockDim.x) col_store(out + c, 0.f);
         return;
     }
     int ls = (int)(s - (size_t)meta.first(row) * rate);
@@ -170,7 +181,7 @@ extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, in
             p[u] = j0 + u < taps
                        ? codec_src(x, ldx, s, ls, (taps - 1 - j0 - u) * dil, hist, ctx, cin)
                        : nullptr;
-        float* o = out + j0 * cin;
+        T* o = out + j0 * cin;
         for (int i = threadIdx.x; i < cin; i += blockDim.x) {
             float v[IM2COL_U];
 #pragma unroll
@@ -178,11 +189,25 @@ extern "C" __global__ void codec_im2col(const float* __restrict__ x, int ldx, in
                 if (p[u]) v[u] = p[u][i];
 #pragma unroll
             for (int u = 0; u < IM2COL_U; u++)
-                if (p[u]) o[u * cin + i] = codec_act(v[u], act, alpha, inv_beta, i);
+                if (p[u]) col_store(o + u * cin + i, codec_act(v[u], act, alpha, inv_beta, i));
         }
     }
-    for (int c = K + threadIdx.x; c < ldcol; c += blockDim.x) out[c] = c == K ? 1.f : 0.f;
+    for (int c = K + threadIdx.x; c < ldcol; c += blockDim.x) col_store(out + c, c == K ? 1.f : 0.f);
 }
+
+#define CODEC_IM2COL_ENTRY(NAME, T)                                                             \
+    extern "C" __global__ void NAME(const float* __restrict__ x, int ldx, int cin, int taps,     \
+                                    int dil, int rate, int act, const float* __restrict__ alpha,  \
+                                    const float* __restrict__ inv_beta, float* state,             \
+                                    int slot_stride, int hist_off, const int* __restrict__ meta_p, \
+                                    int R, int steps, int nrows, T* __restrict__ col, int ldcol) { \
+        codec_im2col_body<T>(x, ldx, cin, taps, dil, rate, act, alpha, inv_beta, state,          \
+                             slot_stride, hist_off, meta_p, R, steps, nrows, col, ldcol);        \
+    }
+
+CODEC_IM2COL_ENTRY(codec_im2col, float)
+// the same columns as f16 bits
+CODEC_IM2COL_ENTRY(codec_im2col_h, unsigned short)
 
 // In place, one block per row: x[r][0..c) = act(x[r][0..c)), x[r][c] = 1, x[r][c+1..ld) = 0
 // (when ld > c). With act 0 it only (re)writes the ones/zero columns.
@@ -410,6 +435,13 @@ extern "C" __global__ void codec_final(const float* __restrict__ x, int c, int k
     }
     acc = warp_sum(acc);
     if (lane == 0) pcm[s] = fminf(fmaxf(acc + bias, -1.0f), 1.0f);
+}
+
+// dst[i] = f16(src[i]) (saturated) for n values: the f16 copy of the weight arena.
+extern "C" __global__ void codec_to_f16(const float* __restrict__ src, unsigned short* dst,
+                                        int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        dst[i] = f2h_sat(src[i]);
 }
 
 // Zeroes n floats (a slot's state on reset).

@@ -221,7 +221,7 @@ impl CudaBackend {
                 opts.limits.max_slots,
                 opts.codec_frames_per_call,
             )?;
-            c.set_precision(opts.codec_precision);
+            c.set_precision(&gpu, opts.codec_precision)?;
             c.set_small_gemv(opts.codec_small_gemv);
             Codec::Gpu(Box::new(c))
         } else {

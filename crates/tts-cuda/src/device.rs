@@ -446,7 +446,7 @@ impl Gpu {
     }
 
     /// `C[m×n] = alpha · op(A) · op(B) + beta · C` in cuBLAS's column-major terms, with A/B
-    /// of type `ab` (bf16 or f32), C f32, f32 accumulation (TF32 allowed when `tf32`).
+    /// of type `ab` (bf16, f16 or f32), C f32, f32 accumulation (TF32 for `F32Tf32`).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(
         &self,
@@ -483,6 +483,10 @@ impl Gpu {
             ),
             GemmType::F32 => (
                 bsys::cudaDataType_t::CUDA_R_32F,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            GemmType::F16 => (
+                bsys::cudaDataType_t::CUDA_R_16F,
                 bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             ),
         };
@@ -563,4 +567,6 @@ pub enum GemmType {
     F32Tf32,
     /// Full-precision f32 (no TF32): for parity checks.
     F32,
+    /// f16 matrices, f32 accumulation and output.
+    F16,
 }

@@ -115,7 +115,9 @@ fn check(what: &str, p: CodecPrecision, got: &[f32], want: &[f32]) {
     eprintln!("{what} [{p:?}]: max abs {max:.2e}, rms {rms:.2e}");
     match p {
         CodecPrecision::F32 => assert!(max < F32_TOL, "{what} [{p:?}]: max abs {max}"),
-        CodecPrecision::Tf32 => assert!(
+        // f16 convolutions keep TF32's mantissa: its emulated error is TF32's
+        // (`emulate::emulated_rounding_error_on_the_fixture`), so the same bounds
+        CodecPrecision::Tf32 | CodecPrecision::F16 => assert!(
             max < TF32_MAX && rms < TF32_RMS,
             "{what} [{p:?}]: max abs {max}, rms {rms}"
         ),
@@ -161,8 +163,12 @@ fn fixture_streams_match_the_cpu_reference() {
         // 4 slots, up to 96 frames per row per call: the 90 frames fit one pass.
         let mut codec = dev_codec(&gpu, &c.model, 4, 96);
         assert_eq!(codec.samples_per_frame(), 1920);
-        for p in [CodecPrecision::F32, CodecPrecision::Tf32] {
-            codec.set_precision(p);
+        for p in [
+            CodecPrecision::F32,
+            CodecPrecision::Tf32,
+            CodecPrecision::F16,
+        ] {
+            codec.set_precision(&gpu, p).expect("precision");
             for s in 0..4 {
                 codec.reset_slot(&gpu, s).expect("reset");
             }
@@ -246,8 +252,10 @@ fn release_geometry_matches_the_cpu_reference() {
         (CodecPrecision::Tf32, true),
         (CodecPrecision::F32, false),
         (CodecPrecision::Tf32, false),
+        (CodecPrecision::F16, true),
+        (CodecPrecision::F16, false),
     ] {
-        codec.set_precision(p);
+        codec.set_precision(&gpu, p).expect("precision");
         codec.set_small_gemv(gemv);
         codec.reset_slot(&gpu, 0).expect("reset");
         codec.reset_slot(&gpu, 1).expect("reset");
@@ -273,7 +281,7 @@ fn release_geometry_matches_the_cpu_reference() {
         let (max_tol, rms_tol) = match p {
             CodecPrecision::F32 => (RELEASE_F32_MAX, RELEASE_F32_RMS),
             // random full-size weights clip most samples: these bounds check the wiring
-            CodecPrecision::Tf32 => (RELEASE_TF32_MAX, RELEASE_TF32_RMS),
+            CodecPrecision::Tf32 | CodecPrecision::F16 => (RELEASE_TF32_MAX, RELEASE_TF32_RMS),
         };
         assert!(
             m1 < max_tol && r1 < rms_tol,

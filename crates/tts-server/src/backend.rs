@@ -117,8 +117,8 @@ fn fp8_knob() -> anyhow::Result<Fp8Scope> {
     Ok(scope)
 }
 
-/// The codec's cuBLAS arithmetic (`$QWEN3_TTS_CODEC_PRECISION`: tf32 or f32; default
-/// tf32).
+/// The codec's cuBLAS arithmetic (`$QWEN3_TTS_CODEC_PRECISION`: tf32, f16 or f32;
+/// default tf32).
 fn codec_precision_knob() -> anyhow::Result<CodecPrecision> {
     let p = parsed_knob("QWEN3_TTS_CODEC_PRECISION", CodecPrecision::Tf32)?;
     if p != CodecPrecision::Tf32 {

@@ -14,7 +14,7 @@ use tts_model::checkpoint::HostTensor;
 use tts_model::config::CodecConfig;
 use tts_model::weights::{CodecW, LinearW};
 
-use super::layers::{self, padded, Arena};
+use super::layers::{self, conv_padded, padded, Arena};
 use super::plan::{Act, AttnGeo, Buf, Op, Pad, Program, View, FIXED_BUFS};
 use super::state::StateLayout;
 use crate::error::CudaError;
@@ -100,7 +100,7 @@ impl Builder {
         ldo: usize,
         beta: f32,
     ) {
-        let ldcol = padded(taps * cin, true);
+        let ldcol = conv_padded(taps * cin);
         let ctx = (taps - 1) * dil;
         let hist = (ctx > 0).then(|| self.st.alloc(2 * ctx * cin));
         self.need(x.buf, x.off + rate * ldx);
@@ -235,6 +235,7 @@ pub fn build(cfg: &CodecConfig, w: CodecW<HostTensor>, ring: usize) -> Result<Pr
         lat,
         cbd,
         k,
+        conv_padded(k * cbd),
     );
     b.conv(
         at(Buf::X0),
@@ -406,6 +407,7 @@ pub fn build(cfg: &CodecConfig, w: CodecW<HostTensor>, ring: usize) -> Result<Pr
             lat,
             lat,
             f,
+            ld_lat,
         );
         let tw = b.ar.push(&rows);
         let out = at(Buf::Up(u));
@@ -496,6 +498,7 @@ pub fn build(cfg: &CodecConfig, w: CodecW<HostTensor>, ring: usize) -> Result<Pr
         ddim,
         lat,
         k,
+        conv_padded(k * lat),
     );
     b.conv(
         src,
@@ -531,6 +534,7 @@ pub fn build(cfg: &CodecConfig, w: CodecW<HostTensor>, ring: usize) -> Result<Pr
             cin,
             cout,
             r,
+            conv_padded(kt / r * cin),
         );
         b.conv(
             at(cur),
@@ -557,6 +561,7 @@ pub fn build(cfg: &CodecConfig, w: CodecW<HostTensor>, ring: usize) -> Result<Pr
                 cout,
                 cout,
                 k1,
+                conv_padded(k1 * cout),
             );
             b.conv(
                 at(other),
@@ -592,6 +597,7 @@ pub fn build(cfg: &CodecConfig, w: CodecW<HostTensor>, ring: usize) -> Result<Pr
                 cout,
                 cout,
                 1,
+                ld_h,
             );
             let w2 = b.ar.push(&rows);
             b.gemm(

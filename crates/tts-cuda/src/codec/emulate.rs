@@ -12,7 +12,7 @@ use tts_model::weights::CodecW;
 use tts_model::Frame;
 
 use super::build;
-use super::exec::{fold_at, gemv_fits};
+use super::exec::{conv_gemm_f16, fold_at, gemv_fits};
 use super::plan::{Act, Buf, FoldedGemm, Op, Program, Prologue, View};
 use super::state::{self, InputLayout, SlotBook};
 
@@ -47,6 +47,10 @@ pub enum Rounding {
     /// `CUBLAS_COMPUTE_32F_FAST_16BF` on f32 matrices ran the same TF32 kernels on the H200,
     /// `bench/results/2026-12-01-h200-codec-snake`).
     Bf16,
+    /// The convolutions' cuBLAS GEMMs (over an im2col, `exec::conv_gemm_f16`) on f16
+    /// operands (nearest even, saturated to ±65504), the other GEMMs TF32, as
+    /// [`super::CodecPrecision::F16`].
+    F16Conv,
 }
 
 /// One operand's rounding.
@@ -54,6 +58,10 @@ type RoundFn = fn(f32) -> f32;
 
 fn bf16(v: f32) -> f32 {
     half::bf16::from_f32(v).to_f32()
+}
+
+fn f16(v: f32) -> f32 {
+    half::f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32()
 }
 
 fn tf32(v: f32) -> f32 {
@@ -212,6 +220,7 @@ impl Emu {
             Rounding::Tf32 => (tf32, tf32),
             Rounding::Bf16Weights => (bf16, |v| v),
             Rounding::Bf16 => (bf16, bf16),
+            Rounding::F16Conv => (f16, f16),
         };
         let wr: Vec<f32> = g.w.iter().map(|&v| rw(v)).collect();
         let xr: Vec<f32> = xs.iter().map(|&v| rx(v)).collect();
@@ -264,7 +273,7 @@ impl Emu {
             beta: f.beta,
         };
         let round = match self.rounding {
-            Rounding::Tf32 | Rounding::Bf16 => Rounding::Exact,
+            Rounding::Tf32 | Rounding::Bf16 | Rounding::F16Conv => Rounding::Exact,
             r => r,
         };
         self.gemm(&g, &xs, frames, round);
@@ -363,12 +372,17 @@ impl Emu {
                 folded = true;
                 continue;
             }
-            self.op(op, &w, frames, rows);
+            // a convolution's GEMM that the GPU runs on f16 operands when asked
+            let conv_f16 = match *op {
+                Op::Gemm { rate, .. } => conv_gemm_f16(&ops, at, frames * rate, self.small_gemv),
+                _ => false,
+            };
+            self.op(op, &w, frames, rows, conv_f16);
         }
         self.prog.arena.data = w;
     }
 
-    fn op(&mut self, op: &Op, w: &[f32], frames: usize, rows: usize) {
+    fn op(&mut self, op: &Op, w: &[f32], frames: usize, rows: usize, conv_f16: bool) {
         let r = self.layout.rows;
         let inputs = self.inputs.clone();
         let meta = Meta(&inputs, r);
@@ -425,7 +439,8 @@ impl Emu {
                 };
                 // the few-step GEMV is exact f32 whatever cuBLAS's arithmetic
                 let round = match self.rounding {
-                    Rounding::Tf32 | Rounding::Bf16 if exact => Rounding::Exact,
+                    Rounding::Tf32 | Rounding::Bf16 | Rounding::F16Conv if exact => Rounding::Exact,
+                    Rounding::F16Conv if !conv_f16 => Rounding::Tf32,
                     r => r,
                 };
                 self.gemm(&g, &xs, n, round);
@@ -889,19 +904,26 @@ mod tests {
     }
 
     /// Predicts the error of the GPU's default TF32 GEMMs on the fixture (the bound the
-    /// GPU test uses), and of bf16 weights or bf16 operands. This random network amplifies
-    /// rounding strongly: TF32 operands (relative 2^-11) give max abs 2.7e-2, rms 4.2e-3
-    /// against a signal rms of 0.24; bf16 operands on the cuBLAS GEMMs 8.7e-2 / 1.5e-2.
+    /// GPU test uses), and of bf16 weights, bf16 operands or f16 convolutions. This random
+    /// network amplifies rounding strongly: TF32 operands (relative 2^-11) give max abs
+    /// 2.7e-2, rms 4.2e-3 against a signal rms of 0.24; bf16 operands on the cuBLAS GEMMs
+    /// 8.7e-2 / 1.5e-2; f16 operands on the convolutions' GEMMs 2.6e-2 / 4.2e-3.
     #[test]
     fn emulated_rounding_error_on_the_fixture() {
         let c = case("codec_long_w72");
         let want = cpu_decode(&c.model, &c.codes);
-        let mut err = Vec::new();
-        for r in [Rounding::Tf32, Rounding::Bf16Weights, Rounding::Bf16] {
+        let (mut err, mut outs) = (Vec::new(), Vec::new());
+        for r in [
+            Rounding::Tf32,
+            Rounding::Bf16Weights,
+            Rounding::Bf16,
+            Rounding::F16Conv,
+        ] {
             let mut e = emu(&c.model, 1, 8);
             e.rounding = r;
             let got = e.decode(&[(0, &c.codes)]).remove(0);
             let (max, rms, sig) = errors(&got, &want);
+            outs.push(got);
             eprintln!(
                 "fixture, {r:?} GEMMs: max abs {max:.2e}, rms {rms:.2e} (signal rms {sig:.2e})"
             );
@@ -925,9 +947,22 @@ mod tests {
             err[2],
             err[0]
         );
+        // f16 convolutions (TF32's mantissa, f16's range) cost about what TF32 does, and
+        // they do change the arithmetic (some GEMMs take the f16 path)
+        assert!(
+            err[3] < 1.25 * err[0],
+            "f16 convolutions {} vs TF32 {}",
+            err[3],
+            err[0]
+        );
+        assert_ne!(outs[3], outs[0], "no GEMM took the f16 path");
         assert_eq!(
             "TF32".parse::<crate::codec::CodecPrecision>(),
             Ok(crate::codec::CodecPrecision::Tf32)
+        );
+        assert_eq!(
+            "f16".parse::<crate::codec::CodecPrecision>(),
+            Ok(crate::codec::CodecPrecision::F16)
         );
         assert!("bf16".parse::<crate::codec::CodecPrecision>().is_err());
     }

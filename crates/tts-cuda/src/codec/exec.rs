@@ -11,6 +11,8 @@ use crate::error::CudaError;
 /// Device memory of a codec.
 pub struct DevBufs {
     pub weights: DBuf<f32>,
+    /// The same arena as f16 bits (`CodecPrecision::F16`), made when first asked for.
+    pub weights_f16: Option<DBuf<u16>>,
     /// `[max_slots][slot_stride]`.
     pub state: DBuf<f32>,
     pub inputs: DBuf<i32>,
@@ -53,6 +55,35 @@ pub struct GemmMode {
     /// GEMMs of at most [`GEMV_MAX_STEPS`] steps (and the norm or SwiGLU before them) as
     /// one `codec_gemv` launch.
     pub small_gemv: bool,
+    /// The GEMMs over an im2col on f16 operands ([`conv_gemm_f16`]).
+    pub conv_f16: bool,
+}
+
+/// Whether `ops[at]` is a convolution's GEMM that cuBLAS runs (not the few-step GEMV)
+/// right after the im2col that writes its input: with f16 convolutions on, that im2col
+/// writes f16 and the GEMM reads f16 weights. The GPU and the emulation decide alike.
+pub(super) fn conv_gemm_f16(ops: &[Op], at: usize, steps: usize, small_gemv: bool) -> bool {
+    let Some(Op::Gemm {
+        w, ldw, k, x, ldx, ..
+    }) = ops.get(at)
+    else {
+        return false;
+    };
+    let after_im2col = at > 0 && matches!(ops[at - 1], Op::Im2col { col, .. } if col == *x);
+    after_im2col && !(small_gemv && gemv_fits(steps, *k, *ldw, *ldx, *w, x.off))
+}
+
+/// The f16 copy (saturated to ±65504) of an f32 weight arena.
+pub fn to_f16(gpu: &Gpu, w: &DBuf<f32>) -> Result<DBuf<u16>, CudaError> {
+    let out = gpu.zeros::<u16>(w.len)?;
+    gpu.launch(
+        "codec_to_f16",
+        grid(w.len.div_ceil(256).min(8192)),
+        256,
+        &[Arg::P(w.ptr), Arg::P(out.ptr), i(w.len)],
+    )?;
+    gpu.sync()?;
+    Ok(out)
 }
 
 /// Most steps (rows) of a pass a GEMM runs as `codec_gemv` (`kernels/codec_gemv.cu`).
@@ -185,7 +216,9 @@ pub fn run(
     let GemmMode {
         blas: gemm,
         small_gemv,
+        conv_f16,
     } = mode;
+    let half = |at: usize, steps: usize| conv_f16 && conv_gemm_f16(&p.ops, at, steps, small_gemv);
     let meta = d.inputs.at(layout.meta());
     let codes = d.inputs.at(layout.codes());
     let (state, stride, cap_rows) = (d.state.ptr, p.state_stride, layout.rows);
@@ -255,6 +288,25 @@ pub fn run(
                         beta,
                         (0, 0, 0.0),
                     )?
+                } else if half(at, steps) {
+                    let w16 = d.weights_f16.as_ref().ok_or_else(|| {
+                        CudaError::Shape("codec: f16 convolutions without f16 weights".into())
+                    })?;
+                    gpu.gemm(
+                        true,
+                        false,
+                        m,
+                        steps,
+                        k,
+                        w16.at(w),
+                        ldw,
+                        xp,
+                        ldx,
+                        beta,
+                        cp,
+                        ldc,
+                        GemmType::F16,
+                    )?
                 } else {
                     gpu.gemm(
                         true, false, m, steps, k, wp, ldw, xp, ldx, beta, cp, ldc, gemm,
@@ -277,8 +329,14 @@ pub fn run(
                 let ctx = (taps - 1) * dil;
                 let hist_blocks = if hist.is_some() { rows * ctx } else { 0 };
                 let (al, ib) = d.act(act);
+                // f16 columns for a GEMM that reads them as f16 (the same buffer, half used)
+                let name = if half(at + 1, steps) {
+                    "codec_im2col_h"
+                } else {
+                    "codec_im2col"
+                };
                 gpu.launch(
-                    "codec_im2col",
+                    name,
                     grid(steps + hist_blocks),
                     128,
                     &[

@@ -4,8 +4,8 @@
 //! Every layer becomes a row-major weight `[out][Kp]` that multiplies a time-major input
 //! `[steps][Kp]`: a convolution's input is its im2col (`col[t][j*cin + i]` = input tap `j`
 //! of channel `i`), a transposed convolution's output phases are extra output rows, and a
-//! bias rides as column `K` against an input column of ones (`Kp = roundup(K + 1, 4)`, the
-//! rest zero), so one GEMM does the whole layer.
+//! bias rides as column `K` against an input column of ones (`Kp = roundup(K + 1, 4)`, or
+//! 8 for the convolutions' im2col, the rest zero), so one GEMM does the whole layer.
 
 /// Input width of a GEMM over `k` values, plus the ones column when the layer has a bias,
 /// rounded up to 4 floats (16-byte rows for the tensor-core kernels).
@@ -15,6 +15,13 @@ pub fn padded(k: usize, bias: bool) -> usize {
     } else {
         k
     }
+}
+
+/// Width of a convolution's im2col rows (and its weight rows) over `k` values: the ones
+/// column, then zeros up to a multiple of 8 (16-byte rows also when the columns are f16,
+/// `CodecPrecision::F16`).
+pub fn conv_padded(k: usize) -> usize {
+    (k + 1).next_multiple_of(8)
 }
 
 /// Appends `[w_row | b | 0..]` (width `kp`) per output.
@@ -28,10 +35,19 @@ fn push_row(out: &mut Vec<f32>, row: impl Iterator<Item = f32>, bias: Option<f32
 }
 
 /// A causal Conv1d, PyTorch weight `[cout][cin][k]` + bias `[cout]` -> `[cout][Kp]` with
-/// column `j*cin + i` = `W[o][i][j]` (tap `j` multiplies input `t - (k-1-j)·d`).
-pub fn conv_rows(w: &[f32], bias: &[f32], cout: usize, cin: usize, k: usize) -> Vec<f32> {
+/// column `j*cin + i` = `W[o][i][j]` (tap `j` multiplies input `t - (k-1-j)·d`). Rows are
+/// `kp` wide (at least `k·cin + 1`): [`conv_padded`] behind an im2col, the input's own
+/// width when a 1x1 conv's GEMM reads the input directly.
+pub fn conv_rows(
+    w: &[f32],
+    bias: &[f32],
+    cout: usize,
+    cin: usize,
+    k: usize,
+    kp: usize,
+) -> Vec<f32> {
     debug_assert_eq!(w.len(), cout * cin * k);
-    let kp = padded(k * cin, true);
+    debug_assert!(kp > k * cin);
     let mut out = Vec::with_capacity(cout * kp);
     for (o, &b) in bias.iter().enumerate().take(cout) {
         let row = (0..k).flat_map(|j| (0..cin).map(move |i| w[(o * cin + i) * k + j]));
@@ -45,12 +61,21 @@ pub fn conv_rows(w: &[f32], bias: &[f32], cout: usize, cin: usize, k: usize) -> 
 /// output row `q·cout + o` (phase `q` of output channel `o`), column `j·cin + i` =
 /// `W[i][o][(g-1-j)·s + q]`. Output block `t` (`s` steps) is `b + Σ_g' W_g' · x[t - g']`,
 /// so the GEMM's output `[steps][s·cout]` is already the time-major `[steps·s][cout]`.
-/// With `g = 1` (kernel = stride) rows `q·cout..(q+1)·cout` are phase `q` alone.
-pub fn tconv_rows(w: &[f32], bias: &[f32], cin: usize, cout: usize, s: usize) -> Vec<f32> {
+/// With `g = 1` (kernel = stride) rows `q·cout..(q+1)·cout` are phase `q` alone. Rows are
+/// `kp` wide (at least `g·cin + 1`): [`conv_padded`] behind an im2col, the input's own
+/// width when the GEMM reads the input directly (`g = 1`).
+pub fn tconv_rows(
+    w: &[f32],
+    bias: &[f32],
+    cin: usize,
+    cout: usize,
+    s: usize,
+    kp: usize,
+) -> Vec<f32> {
     let k = w.len() / (cin * cout).max(1);
     debug_assert!(k.is_multiple_of(s));
     let g = k / s;
-    let kp = padded(g * cin, true);
+    debug_assert!(kp > g * cin);
     let mut out = Vec::with_capacity(s * cout * kp);
     for q in 0..s {
         for (o, &b) in bias.iter().enumerate().take(cout) {
@@ -168,8 +193,8 @@ mod tests {
         let w = vals(cout * cin * k, 0.37);
         let b = vals(cout, 1.1);
         let x = vals(t * cin, 0.53);
-        let rows = conv_rows(&w, &b, cout, cin, k);
-        let kp = padded(k * cin, true);
+        let rows = conv_rows(&w, &b, cout, cin, k, conv_padded(k * cin));
+        let kp = conv_padded(k * cin);
         assert_eq!(kp, 8);
         for ti in 0..t {
             // im2col with zero history
@@ -227,8 +252,8 @@ mod tests {
                     }
                 }
             }
-            let rows = tconv_rows(&w, &b, cin, cout, s);
-            let kp = padded(g * cin, true);
+            let kp = conv_padded(g * cin);
+            let rows = tconv_rows(&w, &b, cin, cout, s, kp);
             for ti in 0..t {
                 let mut col = vec![0f32; kp];
                 for j in 0..g {
@@ -304,5 +329,7 @@ mod tests {
         assert_eq!(padded(7, false), 7);
         assert_eq!(padded(7, true), 8);
         assert_eq!(padded(8, true), 12);
+        assert_eq!(conv_padded(6), 8);
+        assert_eq!(conv_padded(8), 16);
     }
 }

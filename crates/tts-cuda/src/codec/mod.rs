@@ -41,6 +41,8 @@ use state::{InputLayout, Piece, SlotBook};
 pub const KERNELS: &[&str] = &[
     "codec_rvq",
     "codec_im2col",
+    "codec_im2col_h",
+    "codec_to_f16",
     "codec_act_pad",
     "codec_rms_norm",
     "codec_swiglu",
@@ -66,6 +68,12 @@ pub enum CodecPrecision {
     Tf32,
     /// Full f32 GEMMs (slower; for parity checks).
     F32,
+    /// The convolutions' GEMMs (those over an im2col) on f16 operands: the im2col written
+    /// as f16, the weights read from an f16 copy, f32 accumulation and output. f16 keeps
+    /// TF32's 10-bit mantissa (the CPU emulation gives the same error as TF32 on the
+    /// fixture, `emulate::Rounding::F16Conv`) at half the column bytes; values beyond
+    /// ±65504 saturate. The other GEMMs stay TF32.
+    F16,
 }
 
 impl std::str::FromStr for CodecPrecision {
@@ -74,7 +82,10 @@ impl std::str::FromStr for CodecPrecision {
         match s.to_ascii_lowercase().as_str() {
             "tf32" => Ok(Self::Tf32),
             "f32" => Ok(Self::F32),
-            _ => Err(format!("unknown codec precision `{s}` (use tf32 or f32)")),
+            "f16" => Ok(Self::F16),
+            _ => Err(format!(
+                "unknown codec precision `{s}` (use tf32, f16 or f32)"
+            )),
         }
     }
 }
@@ -149,6 +160,7 @@ impl DevCodec {
             .collect::<Result<Vec<_>, _>>()?;
         let bufs = DevBufs {
             weights,
+            weights_f16: None,
             state: gpu.zeros(max_slots * prog.state_stride)?,
             inputs: gpu.zeros(layout.total())?,
             scratch,
@@ -176,18 +188,25 @@ impl DevCodec {
             gemm: GemmMode {
                 blas: GemmType::F32Tf32,
                 small_gemv: true,
+                conv_f16: false,
             },
             last_pass: None,
         })
     }
 
-    /// Chooses the cuBLAS GEMM arithmetic (TF32 by default).
-    pub fn set_precision(&mut self, p: CodecPrecision) {
+    /// Chooses the cuBLAS GEMM arithmetic (TF32 by default). [`CodecPrecision::F16`]
+    /// makes the f16 copy of the weights the first time it is asked for.
+    pub fn set_precision(&mut self, gpu: &Gpu, p: CodecPrecision) -> Result<(), CudaError> {
+        if p == CodecPrecision::F16 && self.bufs.weights_f16.is_none() {
+            self.bufs.weights_f16 = Some(exec::to_f16(gpu, &self.bufs.weights)?);
+        }
         self.gemm.blas = match p {
-            CodecPrecision::Tf32 => GemmType::F32Tf32,
+            CodecPrecision::Tf32 | CodecPrecision::F16 => GemmType::F32Tf32,
             CodecPrecision::F32 => GemmType::F32,
         };
+        self.gemm.conv_f16 = p == CodecPrecision::F16;
         self.graphs.clear();
+        Ok(())
     }
 
     /// Runs the GEMMs of few steps (at most 8 per pass: the transformer and the first
