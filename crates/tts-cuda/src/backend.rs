@@ -11,6 +11,7 @@ use tts_model::backend::{
     first_free_slot, Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow,
 };
 use tts_model::config::NUM_CODE_GROUPS;
+use tts_model::prompt::PromptPosition;
 use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
@@ -20,9 +21,10 @@ use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::linear::Linear;
 use crate::persistent::{Persistent, Prefetch};
+use crate::prefill_plan::{pass_plan, passes, token_bucket, PrefillJob};
 use crate::prefix::{CacheShape, PrefixCache};
 use crate::routing::{autotune, TunedShape};
-use crate::talker::{prefill, step, talker_kv, write_prefill_inputs, PrefillPlan, SampleRules};
+use crate::talker::{prefill, step, talker_kv, write_prefill_inputs, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::{Limits, Workspace};
 
@@ -66,6 +68,12 @@ pub struct CudaOptions {
     /// How far ahead the persistent kernels ask L2 for weights.
     pub cp_prefetch: Prefetch,
     pub talker_prefetch: Prefetch,
+    /// Run the prompts of one prefill call in one pass (as many as fit
+    /// `limits.max_prefill_tokens` and the largest batch) instead of one pass each: one
+    /// read of the talker's weights for all of them. Off by default until measured on
+    /// the GPU (the simulator, `examples/sim_h200.rs`, predicts a lower TTFA p95 at
+    /// 50-55 req/s).
+    pub batched_prefill: bool,
     /// Decoder-layer matrices stored as E4M3 with row scales (`tts_model::fp8`): the GEMV
     /// reads the 8-bit codes where `routing::fp8_gemv` measured it faster, every other
     /// call a bf16 copy of the same values. None by default: the stored weights.
@@ -91,6 +99,7 @@ impl Default for CudaOptions {
             cp_prefetch: Prefetch::CODE_PREDICTOR,
             talker_prefetch: Prefetch::TALKER,
             fp8: Fp8Scope::None,
+            batched_prefill: false,
         }
     }
 }
@@ -123,8 +132,11 @@ enum Codec {
 enum GraphKind {
     TalkerStep,
     CodePredictor,
-    /// One row's prefill, padded to a power-of-two token count (1, or 16 and up).
-    Prefill,
+    /// A prefill of `rows` rows (a bucket; padding rows write nothing), its tokens padded
+    /// to a power-of-two count (1, or 16 and up; `prefill_plan::token_bucket`).
+    Prefill {
+        rows: usize,
+    },
 }
 
 /// One layer of each shape the model runs, for start-up tuning.
@@ -312,13 +324,102 @@ impl CudaBackend {
             b *= 2;
         }
         // a prefill after a cached head can be a single position
-        self.graph(GraphKind::Prefill, 1)?;
+        let one = GraphKind::Prefill { rows: 1 };
+        self.graph(one, 1)?;
         let mut t = 16;
         while t <= self.opts.limits.max_prefill_tokens {
-            self.graph(GraphKind::Prefill, t)?;
+            self.graph(one, t)?;
             t *= 2;
         }
+        // batched prefills capture their (rows, tokens) buckets at first use
         Ok(())
+    }
+
+    /// Checks one prefill row and restores its cached prompt head (when there is one):
+    /// the tokens it still needs, and the head to store after its pass (a head not cached
+    /// yet).
+    fn prefill_job<'a>(
+        &mut self,
+        r: &PrefillRow<'a>,
+    ) -> Result<(PrefillJob, Option<&'a [PromptPosition]>), BackendError> {
+        let max_tokens = self.opts.limits.max_prefill_tokens;
+        let cap = self.info.max_positions;
+        let text_vocab = self.text_vocab;
+        let n = r.prompt.positions.len();
+        if n == 0 {
+            return Err(BackendError::SlotState {
+                slot: r.slot.0,
+                message: "an empty prompt has nothing to prefill".into(),
+            });
+        }
+        let st = self.slot(r.slot)?;
+        if st.stage != Stage::Fresh {
+            return Err(BackendError::SlotState {
+                slot: r.slot.0,
+                message: "already prefilled".into(),
+            });
+        }
+        if n > max_tokens || st.len + n > cap {
+            return Err(BackendError::ContextFull {
+                slot: r.slot.0,
+                capacity: max_tokens.min(cap),
+            });
+        }
+        let start = st.len;
+        // A fresh slot whose prompt head was prefilled before gets that head's cache
+        // rows and prefills only the rest (at least the last position, whose output
+        // samples code 0).
+        let head = r.prompt.head_len.min(n - 1);
+        let heads = &r.prompt.positions[..head];
+        let mut text = Vec::with_capacity(n);
+        let mut codec = Vec::with_capacity(n);
+        for p in &r.prompt.positions {
+            let t =
+                p.text
+                    .filter(|&t| (t as usize) < text_vocab)
+                    .ok_or(BackendError::SlotState {
+                        slot: r.slot.0,
+                        message: "every prompt position needs an in-range text token".into(),
+                    })?;
+            text.push(t as i32);
+            codec.push(p.codec.map_or(-1, |c| c as i32));
+        }
+        let cached = start == 0
+            && head > 0
+            && self.prefix.enabled()
+            && self.prefix.restore(&self.gpu, heads, r.slot.0 as usize)?;
+        let skip = if cached { head } else { 0 };
+        let store = (start == 0 && head > 0 && !cached).then_some(heads);
+        let job = PrefillJob {
+            slot: r.slot.0 as i32,
+            start: start + skip,
+            text: text.split_off(skip),
+            codec: codec.split_off(skip),
+        };
+        Ok((job, store))
+    }
+
+    /// One prefill pass over `jobs` (their tokens in one launch sequence, replayed from the
+    /// graph of its token and row buckets when graphs are on): each row's code 0.
+    fn prefill_pass(&mut self, jobs: &[PrefillJob]) -> Result<Vec<u32>, CudaError> {
+        let limits = self.opts.limits;
+        let n: usize = jobs.iter().map(PrefillJob::tokens).sum();
+        let (tokens, rows) = (token_bucket(n), self.bucket(jobs.len()));
+        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens && rows >= jobs.len();
+        let pad = self.info.tts_pad_token_id as i32;
+        let plan = pass_plan(jobs, pad, padded.then_some((tokens, rows)));
+        let kind = GraphKind::Prefill { rows };
+        if padded {
+            self.graph(kind, tokens)?;
+        }
+        write_prefill_inputs(&self.gpu, &mut self.ws, &plan)?;
+        if padded {
+            self.run(kind, tokens)?;
+        } else {
+            prefill(&self.gpu, &self.talker, &self.ws, n, jobs.len(), self.rules)?;
+        }
+        let codes = self.gpu.read(&self.ws.codes, jobs.len())?;
+        Ok(codes.into_iter().map(|c| c as u32).collect())
     }
 
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
@@ -340,7 +441,9 @@ impl CudaBackend {
                 b,
                 self.cp_loop.as_ref(),
             ),
-            GraphKind::Prefill => prefill(&self.gpu, &self.talker, &self.ws, b, 1, self.rules),
+            GraphKind::Prefill { rows } => {
+                prefill(&self.gpu, &self.talker, &self.ws, b, rows, self.rules)
+            }
         }
     }
 
@@ -544,93 +647,34 @@ impl Backend for CudaBackend {
     /// results never depend on which other prompts arrive with it.
     fn prefill(&mut self, rows: &[PrefillRow<'_>]) -> Result<Vec<u32>, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
-        let max_tokens = self.opts.limits.max_prefill_tokens;
-        let cap = self.info.max_positions;
-        let text_vocab = self.text_vocab;
-        let mut out = Vec::with_capacity(rows.len());
+        // every row checked (and its cached head restored) before any pass runs
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut stores = Vec::with_capacity(rows.len());
         for r in rows {
-            let n = r.prompt.positions.len();
-            if n == 0 {
-                return Err(BackendError::SlotState {
-                    slot: r.slot.0,
-                    message: "an empty prompt has nothing to prefill".into(),
-                });
+            let (job, store) = self.prefill_job(r)?;
+            jobs.push(job);
+            stores.push(store);
+        }
+        let tokens: Vec<usize> = jobs.iter().map(PrefillJob::tokens).collect();
+        let limits = self.opts.limits;
+        let groups = passes(
+            &tokens,
+            self.opts.batched_prefill,
+            limits.max_prefill_tokens,
+            limits.max_batch,
+        );
+        let mut out = Vec::with_capacity(rows.len());
+        for g in groups {
+            let codes = self.prefill_pass(&jobs[g.clone()])?;
+            for ((r, store), code) in rows[g.clone()].iter().zip(&stores[g]).zip(codes) {
+                if let Some(head) = store {
+                    self.prefix.store(&self.gpu, head, r.slot.0 as usize)?;
+                }
+                let st = self.slot(r.slot)?;
+                st.len += r.prompt.positions.len();
+                st.stage = Stage::Code0(code);
+                out.push(code);
             }
-            let st = self.slot(r.slot)?;
-            if st.stage != Stage::Fresh {
-                return Err(BackendError::SlotState {
-                    slot: r.slot.0,
-                    message: "already prefilled".into(),
-                });
-            }
-            if n > max_tokens || st.len + n > cap {
-                return Err(BackendError::ContextFull {
-                    slot: r.slot.0,
-                    capacity: max_tokens.min(cap),
-                });
-            }
-            let start = st.len;
-            // A fresh slot whose prompt head was prefilled before gets that head's cache
-            // rows and prefills only the rest (at least the last position, whose output
-            // samples code 0).
-            let head = r.prompt.head_len.min(n - 1);
-            let slot = r.slot.0 as usize;
-            let heads = &r.prompt.positions[..head];
-            let cached = start == 0
-                && head > 0
-                && self.prefix.enabled()
-                && self.prefix.restore(&self.gpu, heads, slot)?;
-            let skip = if cached { head } else { 0 };
-            let todo = &r.prompt.positions[skip..];
-            let m = todo.len();
-            let mut plan = PrefillPlan {
-                text: Vec::with_capacity(m),
-                codec: Vec::with_capacity(m),
-                slots: vec![r.slot.0 as i32; m],
-                positions: (start + skip..start + n).map(|p| p as i32).collect(),
-                last: vec![m as i32 - 1],
-                row_slots: vec![r.slot.0 as i32],
-            };
-            for p in todo {
-                let text = p.text.filter(|&t| (t as usize) < text_vocab).ok_or(
-                    BackendError::SlotState {
-                        slot: r.slot.0,
-                        message: "every prompt position needs an in-range text token".into(),
-                    },
-                )?;
-                plan.text.push(text as i32);
-                plan.codec.push(p.codec.map_or(-1, |c| c as i32));
-            }
-            // Pad to a power-of-two token bucket (padding tokens have slot -1 and touch
-            // nothing) so the prefill replays a captured graph.
-            let bucket = if m == 1 {
-                1
-            } else {
-                m.next_power_of_two().max(16)
-            };
-            let padded = self.opts.graphs && bucket <= max_tokens;
-            if padded {
-                let pad = self.info.tts_pad_token_id as i32;
-                plan.text.resize(bucket, pad);
-                plan.codec.resize(bucket, -1);
-                plan.slots.resize(bucket, -1);
-                plan.positions.resize(bucket, 0);
-                self.graph(GraphKind::Prefill, bucket)?;
-            }
-            write_prefill_inputs(&self.gpu, &mut self.ws, &plan)?;
-            if padded {
-                self.run(GraphKind::Prefill, bucket)?;
-            } else {
-                prefill(&self.gpu, &self.talker, &self.ws, m, 1, self.rules)?;
-            }
-            if start == 0 && head > 0 && !cached {
-                self.prefix.store(&self.gpu, heads, slot)?;
-            }
-            let code = self.gpu.read(&self.ws.codes, 1)?[0] as u32;
-            let st = self.slot(r.slot)?;
-            st.len += n;
-            st.stage = Stage::Code0(code);
-            out.push(code);
         }
         Ok(out)
     }

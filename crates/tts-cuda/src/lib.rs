@@ -16,6 +16,7 @@ pub mod kernels;
 pub mod libs;
 pub mod linear;
 pub mod persistent;
+pub mod prefill_plan;
 pub mod prefix;
 pub mod routing;
 pub mod stack;

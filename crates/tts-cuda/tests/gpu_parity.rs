@@ -544,6 +544,58 @@ fn lock_step(
     (out, logits)
 }
 
+/// Batched prefill (`CudaOptions::batched_prefill`: the prompts of one call in one pass,
+/// padded to token and row buckets) computes what one pass per prompt computes, with f32
+/// KV caches: identical codes for 8 frames and the same code-predictor logits, for three
+/// prompts of different lengths and modes, cold and with their heads then cached.
+#[test]
+fn batched_prefill_matches_one_pass_per_prompt() {
+    let test = "batched_prefill_matches_one_pass_per_prompt";
+    let model = Model::load("demo", LoadOptions::default()).unwrap();
+    let Some(mut one) = gpu_backend_with(&model, test, true) else {
+        return;
+    };
+    let opts = CudaOptions {
+        batched_prefill: true,
+        ..options(true)
+    };
+    let mut batched = open_backend(&model, test, opts).unwrap();
+    let prompts: Vec<_> = [
+        request(
+            "A first prompt for the batch.",
+            Some("vivian"),
+            TextMode::Stream,
+        ),
+        request(
+            "A second one, much longer than the first, with many more words in it.",
+            Some("eric"),
+            TextMode::Prefill,
+        ),
+        request("Third.", Some("vivian"), TextMode::Stream),
+    ]
+    .iter()
+    .map(|r| model.prompt(r).unwrap())
+    .collect();
+    let seeds = [3u64, 4, 5];
+    // twice: cold, then with the prompt heads in the prefix cache
+    for round in ["cold", "cached heads"] {
+        let (fa, la) = lock_step(&mut one, &model, &prompts, &seeds, 8);
+        let (fb, lb) = lock_step(&mut batched, &model, &prompts, &seeds, 8);
+        for (r, (a, b)) in fa.iter().zip(&fb).enumerate() {
+            assert_eq!(
+                first_mismatch(a, b),
+                None,
+                "{test} ({round}): row {r} differs at (frame, codebook)"
+            );
+        }
+        for (a, b) in la.iter().zip(&lb) {
+            let e = rel_err(a, b);
+            assert!(e < 1e-3, "{test} ({round}): logits rel err {e}");
+        }
+        eprintln!("{test} ({round}): 3 rows x 8 frames identical");
+    }
+}
+
 /// The persistent kernels (`persistent.cu`: the code-predictor loop, buckets of up to 4
 /// rows, and the talker step's layers, up to 8) compute what the launch-by-launch path
 /// computes, with f32 KV caches: sampled codes identical and the last code-predictor

@@ -6,7 +6,7 @@
 //! `chunks=1,2,4`, `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`,
 //! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`; stage costs: `jitter=0.1` (random
 //! extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
-//! `codec_base_us=`, `prefill_row_us=`; `seed=2` (arrivals, texts and jitter).
+//! `codec_base_us=`, `prefill_row_us=`, `prefill_base_us=`; `seed=2` (arrivals, texts and jitter).
 
 use std::time::Duration;
 
@@ -77,6 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "talker_base_us" => costs.talker_base = us(value.parse()?),
             "codec_base_us" => costs.codec_base = us(value.parse()?),
             "prefill_row_us" => costs.prefill_per_row = us(value.parse()?),
+            "prefill_base_us" => costs.prefill_base = us(value.parse()?),
             _ => return Err(format!("unknown override `{key}`").into()),
         }
     }

@@ -102,6 +102,8 @@ pub fn create_cuda(
         cp_prefetch: prefetch_knob("QWEN3_TTS_CP_PREFETCH", Prefetch::CODE_PREDICTOR)?,
         talker_prefetch: prefetch_knob("QWEN3_TTS_TALKER_PREFETCH", Prefetch::TALKER)?,
         fp8: fp8_knob()?,
+        // the prompts of one prefill call in one pass (off until measured on the GPU)
+        batched_prefill: std::env::var("QWEN3_TTS_BATCHED_PREFILL").is_ok_and(|v| v == "1"),
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")

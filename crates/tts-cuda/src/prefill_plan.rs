@@ -1,0 +1,154 @@
+//! How the prompts of one prefill call become GPU passes: which rows share a pass (all the
+//! rows that fit the token budget when batching is on, else one row per pass), and one
+//! pass's token-major plan, padded to the graph buckets it replays. Plain host code,
+//! unit-tested without a GPU.
+
+use std::ops::Range;
+
+use crate::talker::PrefillPlan;
+
+/// One row's part of a prefill: the tokens still to run (after a cached prompt head).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillJob {
+    pub slot: i32,
+    /// Position of the first token to run.
+    pub start: usize,
+    pub text: Vec<i32>,
+    /// Codec ids (-1: none), one per text id.
+    pub codec: Vec<i32>,
+}
+
+impl PrefillJob {
+    pub fn tokens(&self) -> usize {
+        self.text.len()
+    }
+}
+
+/// Consecutive groups of rows, one pass each: with `batched`, as many rows as fit
+/// `max_tokens` tokens and `max_rows` rows (a row longer than the budget alone), else one
+/// row per pass.
+pub fn passes(
+    tokens: &[usize],
+    batched: bool,
+    max_tokens: usize,
+    max_rows: usize,
+) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let (mut j, mut sum) = (i + 1, tokens[i]);
+        while batched && j < tokens.len() && j - i < max_rows && sum + tokens[j] <= max_tokens {
+            sum += tokens[j];
+            j += 1;
+        }
+        out.push(i..j);
+        i = j;
+    }
+    out
+}
+
+/// The token bucket of a pass of `n` tokens: 1 for a single position (a prefill after a
+/// cached head), else a power of two of at least 16.
+pub fn token_bucket(n: usize) -> usize {
+    if n == 1 {
+        1
+    } else {
+        n.next_power_of_two().max(16)
+    }
+}
+
+/// One pass over `jobs`: their tokens one after another, each row's last token, and with
+/// `pad_to = Some((tokens, rows))` padding up to those buckets (padding tokens have slot
+/// -1 and text `pad_text`; padding rows have slot -1 and no last token, so they write
+/// nothing).
+pub fn pass_plan(
+    jobs: &[PrefillJob],
+    pad_text: i32,
+    pad_to: Option<(usize, usize)>,
+) -> PrefillPlan {
+    let n: usize = jobs.iter().map(PrefillJob::tokens).sum();
+    let mut plan = PrefillPlan {
+        text: Vec::with_capacity(n),
+        codec: Vec::with_capacity(n),
+        slots: Vec::with_capacity(n),
+        positions: Vec::with_capacity(n),
+        last: Vec::with_capacity(jobs.len()),
+        row_slots: Vec::with_capacity(jobs.len()),
+    };
+    for j in jobs {
+        plan.text.extend(&j.text);
+        plan.codec.extend(&j.codec);
+        plan.slots.extend(std::iter::repeat_n(j.slot, j.tokens()));
+        plan.positions
+            .extend((j.start..j.start + j.tokens()).map(|p| p as i32));
+        plan.last.push(plan.text.len() as i32 - 1);
+        plan.row_slots.push(j.slot);
+    }
+    if let Some((tokens, rows)) = pad_to {
+        plan.text.resize(tokens.max(n), pad_text);
+        plan.codec.resize(tokens.max(n), -1);
+        plan.slots.resize(tokens.max(n), -1);
+        plan.positions.resize(tokens.max(n), 0);
+        plan.last.resize(rows.max(jobs.len()), -1);
+        plan.row_slots.resize(rows.max(jobs.len()), -1);
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(slot: i32, start: usize, n: usize) -> PrefillJob {
+        PrefillJob {
+            slot,
+            start,
+            text: (0..n as i32).map(|t| 100 * slot + t).collect(),
+            codec: vec![-1; n],
+        }
+    }
+
+    #[test]
+    fn passes_fill_the_token_and_row_budgets_in_order() {
+        assert_eq!(
+            passes(&[20, 30, 5], false, 1024, 16),
+            vec![0..1, 1..2, 2..3]
+        );
+        assert_eq!(passes(&[20, 30, 5], true, 1024, 16), vec![0..3]);
+        assert_eq!(passes(&[20, 30, 5], true, 50, 16), vec![0..2, 2..3]);
+        assert_eq!(passes(&[20, 30, 5], true, 1024, 2), vec![0..2, 2..3]);
+        // a row over the budget still runs, alone
+        assert_eq!(passes(&[2000, 3], true, 1024, 16), vec![0..1, 1..2]);
+        assert!(passes(&[], true, 1024, 16).is_empty());
+    }
+
+    #[test]
+    fn token_buckets_are_one_or_powers_of_two_from_16() {
+        let b: Vec<usize> = [1, 2, 16, 17, 33, 100].map(token_bucket).to_vec();
+        assert_eq!(b, vec![1, 16, 16, 32, 64, 128]);
+    }
+
+    #[test]
+    fn a_pass_concatenates_rows_and_marks_each_last_token() {
+        let plan = pass_plan(&[job(3, 0, 2), job(5, 9, 3)], 7, None);
+        assert_eq!(plan.text, vec![300, 301, 500, 501, 502]);
+        assert_eq!(plan.slots, vec![3, 3, 5, 5, 5]);
+        assert_eq!(plan.positions, vec![0, 1, 9, 10, 11]);
+        assert_eq!(plan.last, vec![1, 4]);
+        assert_eq!(plan.row_slots, vec![3, 5]);
+    }
+
+    #[test]
+    fn padding_tokens_and_rows_write_nothing() {
+        let plan = pass_plan(&[job(3, 4, 2), job(5, 0, 1)], 7, Some((16, 4)));
+        assert_eq!(plan.text.len(), 16);
+        assert_eq!(&plan.text[3..], &[7; 13]);
+        assert_eq!(&plan.slots[3..], &[-1; 13]);
+        assert_eq!(&plan.codec[3..], &[-1; 13]);
+        assert_eq!(plan.last, vec![1, 2, -1, -1]);
+        assert_eq!(plan.row_slots, vec![3, 5, -1, -1]);
+        // one row, one token (after a cached head): bucket 1, nothing added
+        let one = pass_plan(&[job(2, 30, 1)], 7, Some((token_bucket(1), 1)));
+        assert_eq!((one.text.len(), one.last.clone()), (1, vec![0]));
+    }
+}
