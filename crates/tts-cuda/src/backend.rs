@@ -21,7 +21,7 @@ use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::linear::Linear;
 use crate::persistent::{Persistent, Prefetch};
-use crate::prefill_plan::{pass_plan, passes, token_bucket, PrefillJob};
+use crate::prefill_plan::{pass_plan, passes, repeated_slot, token_bucket, PrefillJob};
 use crate::prefix::{CacheShape, PrefixCache};
 use crate::routing::{autotune, TunedShape};
 use crate::talker::{prefill, step, talker_kv, write_prefill_inputs, SampleRules};
@@ -647,6 +647,13 @@ impl Backend for CudaBackend {
     /// results never depend on which other prompts arrive with it.
     fn prefill(&mut self, rows: &[PrefillRow<'_>]) -> Result<Vec<u32>, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
+        let slots: Vec<u32> = rows.iter().map(|r| r.slot.0).collect();
+        if let Some(slot) = repeated_slot(&slots) {
+            return Err(BackendError::SlotState {
+                slot,
+                message: "the same slot twice in one prefill call".into(),
+            });
+        }
         // every row checked (and its cached head restored) before any pass runs
         let mut jobs = Vec::with_capacity(rows.len());
         let mut stores = Vec::with_capacity(rows.len());

@@ -47,6 +47,12 @@ pub fn passes(
     out
 }
 
+/// A slot that appears more than once among `slots` (one call prefills a slot once).
+pub fn repeated_slot(slots: &[u32]) -> Option<u32> {
+    let mut seen = std::collections::HashSet::new();
+    slots.iter().copied().find(|s| !seen.insert(*s))
+}
+
 /// The token bucket of a pass of `n` tokens: 1 for a single position (a prefill after a
 /// cached head), else a power of two of at least 16.
 pub fn token_bucket(n: usize) -> usize {
@@ -120,6 +126,13 @@ mod tests {
         // a row over the budget still runs, alone
         assert_eq!(passes(&[2000, 3], true, 1024, 16), vec![0..1, 1..2]);
         assert!(passes(&[], true, 1024, 16).is_empty());
+    }
+
+    #[test]
+    fn a_slot_twice_in_one_call_is_found() {
+        assert_eq!(repeated_slot(&[3, 5, 7]), None);
+        assert_eq!(repeated_slot(&[3, 5, 3, 5]), Some(3));
+        assert_eq!(repeated_slot(&[]), None);
     }
 
     #[test]
