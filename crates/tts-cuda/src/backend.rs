@@ -404,8 +404,10 @@ impl CudaBackend {
     fn prefill_pass(&mut self, jobs: &[PrefillJob]) -> Result<Vec<u32>, CudaError> {
         let limits = self.opts.limits;
         let n: usize = jobs.iter().map(PrefillJob::tokens).sum();
+        // `passes` keeps a pass within the largest batch, so its row bucket holds it
         let (tokens, rows) = (token_bucket(n), self.bucket(jobs.len()));
-        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens && rows >= jobs.len();
+        debug_assert!(rows >= jobs.len());
+        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens;
         let pad = self.info.tts_pad_token_id as i32;
         let plan = pass_plan(jobs, pad, padded.then_some((tokens, rows)));
         let kind = GraphKind::Prefill { rows };
