@@ -55,6 +55,10 @@ pub struct CudaOptions {
     /// predictor's layers at 3..=16 rows); off: the GEMV, `to_bf16_rows` + `mma.cu` or
     /// cuBLAS, as before.
     pub cluster_linear: bool,
+    /// Let batched linear layers run on `tile.cu` (weights through a shared-memory
+    /// pipeline, K split over a cluster's blocks; sm_90) where the routing picks it (the
+    /// static rule: the talker's gate_up at 9..=16 rows); off: as before.
+    pub tile_linear: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -93,6 +97,7 @@ impl Default for CudaOptions {
             autotune: false,
             pdl: true,
             cluster_linear: true,
+            tile_linear: true,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
@@ -182,6 +187,7 @@ impl CudaBackend {
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker, opts.fp8)?;
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
+        ws.scratch.paths.tile &= opts.tile_linear;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

@@ -365,12 +365,13 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         ("cp head", 2048, 1024),
     ];
     let mut scratch = GemmScratch::new(gpu, 128, 6144, 12288)?;
-    let path = |p| LinearPaths::forced(p, gpu.clusters);
-    let (gemv, tc, cublas, cluster) = (
+    let path = |p| LinearPaths::forced(p, gpu.clusters, gpu.tiles);
+    let (gemv, tc, cublas, cluster, tile) = (
         LinearPath::Gemv,
         LinearPath::TensorCores,
         LinearPath::Cublas,
         LinearPath::Cluster,
+        LinearPath::Tile,
     );
     let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
@@ -408,12 +409,15 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("tc", 16, path(tc)),
             ("cublas", 16, path(cublas)),
             ("cluster", 16, path(cluster)),
+            ("tile", 16, path(tile)),
             ("tc", 32, path(tc)),
             ("cublas", 32, path(cublas)),
             ("cluster", 32, path(cluster)),
+            ("tile", 32, path(tile)),
             ("tc", 64, path(tc)),
             ("cublas", 64, path(cublas)),
             ("cluster", 64, path(cluster)),
+            ("tile", 64, path(tile)),
         ];
         for (label, m, paths) in cases {
             if paths.choose(m, n, k) != paths.force.unwrap_or(LinearPath::Cublas) {

@@ -122,6 +122,8 @@ pub struct Gpu {
     /// Thread-block clusters of up to 16 blocks with `linear::CLUSTER_MAX_SMEM` bytes each are
     /// available to the cluster linear kernels (sm_90 and newer).
     pub clusters: bool,
+    /// `tile.cu`'s linear kernels run here, with their shared memory (sm_90 and newer).
+    pub tiles: bool,
 }
 
 impl Gpu {
@@ -154,7 +156,8 @@ impl Gpu {
         let cubin = compile::module_cubin(&arch)?;
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
-        for &k in KERNELS.iter().chain(CLUSTER_KERNELS) {
+        let tile_names = crate::linear::TILE_KERNELS.map(|(k, _)| k);
+        for &k in KERNELS.iter().chain(CLUSTER_KERNELS).chain(&tile_names) {
             funcs.insert(k, (module.load_function(k)?, true));
         }
         for &k in crate::codec::KERNELS.iter().chain(PERSISTENT_KERNELS) {
@@ -193,7 +196,25 @@ impl Gpu {
                 }
             }
         };
-        tracing::info!(%name, %arch, clusters, "CUDA device ready");
+        // tile.cu's pipelines take more than the default 48 KiB of shared memory, and its
+        // blocks meet in clusters (sm_90)
+        let tiles = maj >= 9 && {
+            let setup = |&(k, mt): &(&'static str, usize)| -> Result<(), CudaError> {
+                funcs[k].0.set_attribute(
+                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    crate::linear::tile_smem(mt) as i32,
+                )?;
+                Ok(())
+            };
+            match crate::linear::TILE_KERNELS.iter().try_for_each(setup) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "tile linear kernels unavailable");
+                    false
+                }
+            }
+        };
+        tracing::info!(%name, %arch, clusters, tiles, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
@@ -206,6 +227,7 @@ impl Gpu {
             arch,
             sm_count,
             clusters,
+            tiles,
         })
     }
 

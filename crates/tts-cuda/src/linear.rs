@@ -14,7 +14,8 @@ use tts_model::fp8::Fp8Rows;
 use crate::device::{Arg, DBuf, GemmType, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
-    cluster_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE, GEMV_MAX_ROWS, MMA_MAX_ROWS,
+    cluster_split, tile_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE, GEMV_MAX_ROWS,
+    MMA_MAX_ROWS, TILE_K, TILE_N,
 };
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
@@ -111,6 +112,7 @@ impl GemmScratch {
             acc: gpu.zeros(max_rows * max_n)?,
             paths: LinearPaths {
                 cluster: gpu.clusters,
+                tile: gpu.tiles,
                 ..Default::default()
             },
         })
@@ -189,6 +191,9 @@ pub fn linear(
             Arg::I(m as i32),
         ],
     )?;
+    if path == LinearPath::Tile {
+        return tile(gpu, l, m, &call, scratch.xb.ptr);
+    }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
             0..=8 => ("mma_linear_t1", 8),
@@ -253,6 +258,52 @@ pub fn linear(
             Arg::I(m as i32),
         ],
     )
+}
+
+/// Bytes of dynamic shared memory a `tile.cu` block of `mt` row tiles of 8 takes: its
+/// pipeline of 3 stages, each a 128 × 64 weight tile and 16 `mt` rows of 64 (hi and lo).
+pub const fn tile_smem(mt: usize) -> usize {
+    3 * (TILE_N + 16 * mt) * TILE_K * 2
+}
+
+/// `tile.cu`'s entry points by rows: (name, row tiles of 8).
+pub const TILE_KERNELS: [(&str, usize); 3] = [
+    ("tile_linear_t2", 2),
+    ("tile_linear_t4", 4),
+    ("tile_linear_t8", 8),
+];
+
+/// One launch of `tile.cu` for up to 64 rows whose bf16 hi + lo parts are at `xb`: a
+/// cluster of `tile_split` blocks per 128 outputs.
+fn tile(gpu: &Gpu, l: &Linear, m: usize, c: &RowCall, xb: u64) -> Result<(), CudaError> {
+    let splits = tile_split(l.n, l.k)
+        .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
+    let (name, mt) = match m {
+        0..=16 => TILE_KERNELS[0],
+        17..=32 => TILE_KERNELS[1],
+        _ => TILE_KERNELS[2],
+    };
+    let (bias, res, ldr) = c.epilogue;
+    let args = [
+        Arg::P(l.w.ptr),
+        Arg::I(l.n as i32),
+        Arg::I(l.k as i32),
+        Arg::P(xb),
+        Arg::I(m as i32),
+        Arg::P(bias),
+        Arg::I(c.act as i32),
+        Arg::P(res),
+        Arg::I(ldr as i32),
+        Arg::P(c.y),
+        Arg::I(c.ldy as i32),
+    ];
+    let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
+    let smem = tile_smem(mt) as u32;
+    if splits == 1 {
+        gpu.launch_with(name, grid, 256, smem, &args)
+    } else {
+        gpu.launch_cluster(name, grid, 256, smem, splits as u32, &args)
+    }
 }
 
 /// Bytes of dynamic shared memory a cluster linear block takes for rows padded to `tile`

@@ -30,6 +30,10 @@ pub enum LinearPath {
     /// `mma_cluster.cu`: one launch (norm and epilogue fused), up to [`MMA_MAX_ROWS`]
     /// rows, shapes [`cluster_split`] takes; sm_90 only.
     Cluster,
+    /// `to_bf16_rows` + `tile.cu` (weights through a shared-memory pipeline, K split over
+    /// the blocks of a cluster): up to [`MMA_MAX_ROWS`] rows, shapes [`tile_split`] takes;
+    /// sm_90 only.
+    Tile,
 }
 
 /// Whether a GEMV of `m` rows over an FP8 layer of `n` × `k` streams the E4M3 codes
@@ -68,6 +72,32 @@ pub fn cluster_split(n: usize, k: usize) -> Option<usize> {
         .or(valid.last().copied())
 }
 
+/// Outputs one block of `tile.cu` owns, and the width of its K tiles.
+pub const TILE_N: usize = 128;
+pub const TILE_K: usize = 64;
+
+/// Blocks of `tile.cu` to aim at: about one per multiprocessor of the H200.
+const TILE_BLOCKS: usize = 128;
+
+/// K splits of `tile.cu` (blocks per cluster) for an `n × k` weight: the fewest of 1, 2,
+/// 4, 8 that give at least [`TILE_BLOCKS`] blocks of [`TILE_N`] outputs with whole
+/// [`TILE_K`] tiles, else the most that keep whole tiles. Depends on the shape only, so a
+/// row's sums never depend on the batch. `None`: the kernel cannot take the shape.
+pub fn tile_split(n: usize, k: usize) -> Option<usize> {
+    if n == 0 || !n.is_multiple_of(TILE_N) {
+        return None;
+    }
+    let valid: Vec<usize> = [1usize, 2, 4, 8]
+        .into_iter()
+        .filter(|&s| k.is_multiple_of(s * TILE_K))
+        .collect();
+    valid
+        .iter()
+        .copied()
+        .find(|&s| n / TILE_N * s >= TILE_BLOCKS)
+        .or(valid.last().copied())
+}
+
 /// The rows bucket a measured choice covers (3..=4, 5..=8, 9..=16, 17..=32, 33..=64 rows).
 fn rows_bucket(m: usize) -> Option<usize> {
     match m {
@@ -88,6 +118,8 @@ pub struct LinearPaths {
     pub force: Option<LinearPath>,
     /// The device runs the cluster kernels ([`LinearPath::Cluster`]), and they are wanted.
     pub cluster: bool,
+    /// The device runs `tile.cu` ([`LinearPath::Tile`]), and it is wanted.
+    pub tile: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,
@@ -96,12 +128,13 @@ pub struct LinearPaths {
 }
 
 impl LinearPaths {
-    /// Every layer on `path` where it fits (benchmarks, parity tests); `cluster`: the
-    /// device runs the cluster kernels.
-    pub fn forced(path: LinearPath, cluster: bool) -> Self {
+    /// Every layer on `path` where it fits (benchmarks, parity tests); `cluster`, `tile`:
+    /// the device runs the cluster kernels, `tile.cu`.
+    pub fn forced(path: LinearPath, cluster: bool, tile: bool) -> Self {
         Self {
             force: Some(path),
             cluster,
+            tile,
             ..Default::default()
         }
     }
@@ -122,6 +155,7 @@ impl LinearPaths {
             LinearPath::Cluster => {
                 self.cluster && cluster_split(n, k).is_some() && m <= MMA_MAX_ROWS
             }
+            LinearPath::Tile => self.tile && tile_split(n, k).is_some() && m <= MMA_MAX_ROWS,
         }
     }
 
@@ -151,6 +185,13 @@ impl LinearPaths {
             };
         if cluster && self.fits(LinearPath::Cluster, m, n, k) {
             return LinearPath::Cluster;
+        }
+        // tile.cu where the H200 kernel table has it fastest: the talker's gate_up (at
+        // least 16 Mi weights) at 9..=16 rows (22 µs against cuBLAS's 32); at more rows,
+        // and on every smaller matrix, cuBLAS or the cluster kernel stay ahead
+        // (`bench/results/2026-12-01-h200-tiles-f16`)
+        if (9..=16).contains(&m) && n * k >= 16 << 20 && self.fits(LinearPath::Tile, m, n, k) {
+            return LinearPath::Tile;
         }
         let tc_ok = self.fits(LinearPath::TensorCores, m, n, k);
         match m {
@@ -231,6 +272,7 @@ pub fn autotune(
                 LinearPath::Cublas,
                 LinearPath::TensorCores,
                 LinearPath::Cluster,
+                LinearPath::Tile,
                 LinearPath::Gemv,
             ] {
                 if !scratch.paths.fits(path, rows, l.n, l.k) {
@@ -367,6 +409,52 @@ mod tests {
         assert_eq!(cluster_split(2048, 6144), None); // 16 slices of 384: too wide
         assert_eq!(cluster_split(1000, 2048), None); // not whole 128-output tiles
         assert_eq!(cluster_split(1024, 1000), None);
+    }
+
+    #[test]
+    fn tile_split_aims_at_128_blocks_of_whole_k_tiles() {
+        // 1.7B talker and code-predictor shapes: (n / 128) x splits blocks
+        assert_eq!(tile_split(4096, 2048), Some(4)); // 32 x 4, 512 wide
+        assert_eq!(tile_split(2048, 6144), Some(8)); // 16 x 8, 768 wide
+        assert_eq!(tile_split(12288, 2048), Some(2)); // 96 x 2
+        assert_eq!(tile_split(6144, 1024), Some(4)); // 48 x 4, 256 wide
+        assert_eq!(tile_split(1024, 3072), Some(8)); // 8 x 8: the most, 384 wide
+                                                     // too few outputs: the most splits with whole tiles
+        assert_eq!(tile_split(256, 1024), Some(8));
+        assert_eq!(tile_split(128, 192), Some(1));
+        // not whole output tiles or K tiles
+        assert_eq!(tile_split(1000, 2048), None);
+        assert_eq!(tile_split(1024, 1000), None);
+        assert_eq!(tile_split(0, 1024), None);
+        for n in (128..=16384).step_by(128) {
+            for k in [64, 192, 1024, 2048, 3072, 6144] {
+                if let Some(s) = tile_split(n, k) {
+                    assert!(k / s >= TILE_K && (k / s).is_multiple_of(TILE_K), "{n}x{k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tile_takes_the_talker_gate_up_at_9_to_16_rows_where_it_is_there() {
+        let p = LinearPaths {
+            cluster: true,
+            tile: true,
+            ..Default::default()
+        };
+        assert_eq!(p.choose(9, 12288, 2048), LinearPath::Tile);
+        assert_eq!(p.choose(16, 12288, 2048), LinearPath::Tile);
+        // other rows and smaller matrices: as before
+        assert_eq!(p.choose(8, 12288, 2048), LinearPath::TensorCores);
+        assert_eq!(p.choose(17, 12288, 2048), LinearPath::Cublas);
+        assert_eq!(p.choose(16, 4096, 2048), LinearPath::TensorCores);
+        assert_eq!(p.choose(16, 1024, 2048), LinearPath::Cluster);
+        // without the device support, never
+        let off = LinearPaths {
+            tile: false,
+            ..p.clone()
+        };
+        assert_eq!(off.choose(16, 12288, 2048), LinearPath::Cublas);
     }
 
     #[test]

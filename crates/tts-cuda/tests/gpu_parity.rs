@@ -729,7 +729,9 @@ fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
 /// The multi-row paths (tensor cores for any row count up to 64, the cluster kernel up to
 /// 64, cuBLAS beyond and when asked) compute what the GEMV computes row by row, with the
 /// RMSNorm prologue and every epilogue, to f32-level accuracy; the cluster kernel on every
-/// K split it takes (slices of 128, 192 and 256 in clusters of 4, 8 and 16).
+/// K split it takes (slices of 128, 192 and 256 in clusters of 4, 8 and 16); `tile.cu` on
+/// 1 to 8 K splits, blocks of 2 to 6 K tiles, and a row's result the same bits
+/// whatever the batch.
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
@@ -742,19 +744,27 @@ fn tensor_core_linear_matches_the_gemv() {
     let mut rnd = uniform(12345);
     let scratch_for = |p: LinearPath, n: usize, k: usize| {
         let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
-        s.paths = LinearPaths::forced(p, gpu.clusters);
+        s.paths = LinearPaths::forced(p, gpu.clusters, gpu.tiles);
         s
     };
-    let (gemv, tc, cublas, cluster) = (
+    if !gpu.tiles {
+        eprintln!(
+            "tensor_core_linear_matches_the_gemv: tile.cu does not run on {}: tile cases not run",
+            gpu.arch
+        );
+    }
+    let (gemv, tc, cublas, cluster, tile) = (
         LinearPath::Gemv,
         LinearPath::TensorCores,
         LinearPath::Cublas,
         LinearPath::Cluster,
+        LinearPath::Tile,
     );
     let cluster_rows = [5usize, 9, 16, 17, 33, 64];
+    let tile_rows = [1usize, 9, 16, 17, 32, 33, 64];
     // (n, k, the non-cluster cases: rows and path)
     type Cases<'a> = &'a [(usize, LinearPath)];
-    let shapes: [(usize, usize, Cases); 4] = [
+    let shapes: [(usize, usize, Cases); 6] = [
         (
             1024,
             2048,
@@ -773,6 +783,8 @@ fn tensor_core_linear_matches_the_gemv() {
         (256, 1024, &[]),
         (128, 3072, &[]),
         (4096, 1024, &[]),
+        (16384, 256, &[]),
+        (1024, 192, &[]),
     ];
     for (n, k, cases) in shapes {
         let w: Vec<u16> = (0..n * k)
@@ -782,16 +794,18 @@ fn tensor_core_linear_matches_the_gemv() {
         let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
         let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
         let reference = scratch_for(gemv, n, k);
-        let by_path: Vec<(LinearPath, GemmScratch)> = [tc, cublas, cluster]
+        let by_path: Vec<(LinearPath, GemmScratch)> = [tc, cublas, cluster, tile]
             .into_iter()
             .map(|p| (p, scratch_for(p, n, k)))
             .collect();
         let gd = gpu.upload(&g).unwrap();
-        let cluster_cases: Vec<(usize, LinearPath)> = if gpu.clusters {
-            cluster_rows.iter().map(|&m| (m, cluster)).collect()
-        } else {
-            Vec::new()
-        };
+        let mut cluster_cases: Vec<(usize, LinearPath)> = Vec::new();
+        if gpu.clusters && tts_cuda::linear::cluster_split(n, k).is_some() {
+            cluster_cases.extend(cluster_rows.iter().map(|&m| (m, cluster)));
+        }
+        if gpu.tiles && tts_cuda::linear::tile_split(n, k).is_some() {
+            cluster_cases.extend(tile_rows.iter().map(|&m| (m, tile)));
+        }
         for &(m, path) in cases.iter().chain(&cluster_cases) {
             let batched = &by_path.iter().find(|(p, _)| *p == path).unwrap().1;
             let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
@@ -852,6 +866,34 @@ fn tensor_core_linear_matches_the_gemv() {
                     norm.is_some(),
                     batched.paths.choose(m, n, k)
                 );
+                if path == tile && m > 1 {
+                    // the first row alone (another row bucket): the same bits
+                    let y1 = gpu.upload(&res[..out_n]).unwrap();
+                    let first = Rows {
+                        ptr: xd.ptr,
+                        ld: k,
+                        count: 1,
+                    };
+                    linear(
+                        &gpu,
+                        &l,
+                        first,
+                        norm,
+                        act,
+                        Some((y1.ptr, out_n)),
+                        y1.ptr,
+                        out_n,
+                        batched,
+                    )
+                    .unwrap();
+                    let one = gpu.read(&y1, out_n).unwrap();
+                    assert!(
+                        one.iter()
+                            .zip(&a[..out_n])
+                            .all(|(p, q)| p.to_bits() == q.to_bits()),
+                        "{n}x{k} m={m} act={act:?}: tile.cu row 0 differs between 1 and {m} rows"
+                    );
+                }
             }
         }
     }
@@ -871,7 +913,7 @@ fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
     };
     let mut rnd = uniform(777);
     let mut scratch = GemmScratch::new(&gpu, 16, 6144, 4096).unwrap();
-    scratch.paths = LinearPaths::forced(LinearPath::Gemv, false);
+    scratch.paths = LinearPaths::forced(LinearPath::Gemv, false, false);
     scratch.paths.fp8_codes = Some(true);
     for (n, k) in [
         (4096, 1024),

@@ -77,10 +77,11 @@ pub fn create_cuda(
         gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
         // Measurement knobs (bench/results): programmatic dependent launch off, start-up
         // routing of the batched linear layers by timing them, the batched linear layers
-        // off the cluster kernel, the codec's few-step GEMMs on cuBLAS.
+        // off the cluster kernel or off tile.cu, the codec's few-step GEMMs on cuBLAS.
         pdl: std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
         cluster_linear: std::env::var("QWEN3_TTS_CLUSTER_LINEAR").map_or(true, |v| v != "0"),
+        tile_linear: std::env::var("QWEN3_TTS_TILE_LINEAR").map_or(true, |v| v != "0"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",
