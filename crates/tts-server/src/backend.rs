@@ -104,7 +104,7 @@ pub fn create_cuda(
         talker_prefetch: prefetch_knob("QWEN3_TTS_TALKER_PREFETCH", Prefetch::TALKER)?,
         fp8: fp8_knob()?,
         // the prompts of one prefill call in one pass (off until measured on the GPU)
-        batched_prefill: std::env::var("QWEN3_TTS_BATCHED_PREFILL").is_ok_and(|v| v == "1"),
+        batched_prefill: std::env::var("QWEN3_TTS_BATCHED_PREFILL").map_or(true, |v| v != "0"),
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
@@ -121,10 +121,11 @@ fn fp8_knob() -> anyhow::Result<Fp8Scope> {
 }
 
 /// The codec's cuBLAS arithmetic (`$QWEN3_TTS_CODEC_PRECISION`: tf32, f16 or f32;
-/// default tf32).
+/// default f16).
 fn codec_precision_knob() -> anyhow::Result<CodecPrecision> {
-    let p = parsed_knob("QWEN3_TTS_CODEC_PRECISION", CodecPrecision::Tf32)?;
-    if p != CodecPrecision::Tf32 {
+    let default = tts_cuda::CudaOptions::default().codec_precision;
+    let p = parsed_knob("QWEN3_TTS_CODEC_PRECISION", default)?;
+    if p != default {
         tracing::info!(precision = ?p, "codec GEMM arithmetic");
     }
     Ok(p)
