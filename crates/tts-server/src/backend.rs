@@ -103,7 +103,7 @@ pub fn create_cuda(
         cp_prefetch: prefetch_knob("QWEN3_TTS_CP_PREFETCH", Prefetch::CODE_PREDICTOR)?,
         talker_prefetch: prefetch_knob("QWEN3_TTS_TALKER_PREFETCH", Prefetch::TALKER)?,
         fp8: fp8_knob()?,
-        // the prompts of one prefill call in one pass (off until measured on the GPU)
+        // the prompts of one prefill call in one pass (on; 0: one pass per prompt)
         batched_prefill: std::env::var("QWEN3_TTS_BATCHED_PREFILL").map_or(true, |v| v != "0"),
         ..Default::default()
     };
