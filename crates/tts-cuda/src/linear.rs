@@ -192,7 +192,7 @@ pub fn linear(
         ],
     )?;
     if path == LinearPath::Tile {
-        return tile(gpu, l, m, &call, scratch.xb.ptr);
+        return tile(gpu, l, &call, scratch.xb.ptr);
     }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
@@ -205,19 +205,7 @@ pub fn linear(
             name,
             ((l.n / 16) as u32, m.div_ceil(tile) as u32, 1),
             256,
-            &[
-                Arg::P(l.w.ptr),
-                Arg::I(l.n as i32),
-                Arg::I(l.k as i32),
-                Arg::P(scratch.xb.ptr),
-                Arg::I(m as i32),
-                Arg::P(bias),
-                Arg::I(act as i32),
-                Arg::P(res_p),
-                Arg::I(ldr as i32),
-                Arg::P(y),
-                Arg::I(ldy as i32),
-            ],
+            &split_rows_args(l, scratch.xb.ptr, &call),
         );
     }
     if 2 * m * l.n > scratch.acc.len {
@@ -275,7 +263,8 @@ pub const TILE_KERNELS: [(&str, usize); 3] = [
 
 /// One launch of `tile.cu` for up to 64 rows whose bf16 hi + lo parts are at `xb`: a
 /// cluster of `tile_split` blocks per 128 outputs.
-fn tile(gpu: &Gpu, l: &Linear, m: usize, c: &RowCall, xb: u64) -> Result<(), CudaError> {
+fn tile(gpu: &Gpu, l: &Linear, c: &RowCall, xb: u64) -> Result<(), CudaError> {
+    let m = c.x.count;
     let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
     let (name, mt) = match m {
@@ -283,20 +272,7 @@ fn tile(gpu: &Gpu, l: &Linear, m: usize, c: &RowCall, xb: u64) -> Result<(), Cud
         17..=32 => TILE_KERNELS[1],
         _ => TILE_KERNELS[2],
     };
-    let (bias, res, ldr) = c.epilogue;
-    let args = [
-        Arg::P(l.w.ptr),
-        Arg::I(l.n as i32),
-        Arg::I(l.k as i32),
-        Arg::P(xb),
-        Arg::I(m as i32),
-        Arg::P(bias),
-        Arg::I(c.act as i32),
-        Arg::P(res),
-        Arg::I(ldr as i32),
-        Arg::P(c.y),
-        Arg::I(c.ldy as i32),
-    ];
+    let args = split_rows_args(l, xb, c);
     let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
     let smem = tile_smem(mt) as u32;
     if splits == 1 {
@@ -370,6 +346,25 @@ fn row_kernel_args(l: &Linear, c: &RowCall) -> [Arg; 14] {
         Arg::P(c.y),
         Arg::I(c.ldy as i32),
         Arg::I(c.x.count as i32),
+    ]
+}
+
+/// The arguments `mma.cu` and `tile.cu` share, in their order: weight and shape, the
+/// rows' bf16 hi + lo parts at `xb` and their count, bias and activation, residual, output.
+fn split_rows_args(l: &Linear, xb: u64, c: &RowCall) -> [Arg; 11] {
+    let (bias, res, ldr) = c.epilogue;
+    [
+        Arg::P(l.w.ptr),
+        Arg::I(l.n as i32),
+        Arg::I(l.k as i32),
+        Arg::P(xb),
+        Arg::I(c.x.count as i32),
+        Arg::P(bias),
+        Arg::I(c.act as i32),
+        Arg::P(res),
+        Arg::I(ldr as i32),
+        Arg::P(c.y),
+        Arg::I(c.ldy as i32),
     ]
 }
 
