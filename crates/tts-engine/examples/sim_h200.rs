@@ -21,26 +21,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
     let arg = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
     let us = Duration::from_micros;
-    // Fitted 2026-11-29 to the server's per-call stage durations at 1-60 req/s (end-to-end
-    // runs at commits f174e75 .. 22211b0, bench/results/2026-11-29-h200-e2e-*) and to the
-    // stage benchmark's shape over batch sizes (talker step 1.74 / 2.68 / 3.28 ms and code
-    // predictor 2.42 / 3.64 / 5.56 ms at 1 / 8 / 64 rows: steep up to 8 rows, flat beyond);
-    // codec: 1.2 ms per call + 70 us per decoded frame (stage benchmark at 1-12 frames x
-    // 1-32 rows, plus the host side seen end to end), the per-frame part scaled by the
-    // stage benchmark's 63 -> 57 us per frame and row at 32-64 rows with the cheaper snake
-    // sine of 25f9df1 (bench/results/2026-12-01-h200-codec-snake).
+    // Refitted 2026-12-01 to the server's per-call stage durations (`/metrics`) at 1, 10,
+    // 50-65 req/s at 519056f (bench/results/2026-12-01-h200-tiles-f16: code predictor 2.22 /
+    // 2.63 ms at 1.1 / 3.0 rows and 4.17-4.31 ms at 29-40; talker step 1.61 / 2.13 ms at
+    // 1.1 / 3.2 rows and 3.14-3.23 ms at 40-61, longer contexts than the stage benchmark's;
+    // prefill, all the prompts of a call in one pass, 2.78-2.89 ms at 1.0-1.3 prompts).
+    // Codec: 1.2 ms per call + 64 us per decoded frame fitted on 2026-11-29..12-01, the
+    // per-frame part scaled by 0.88 for the f16 convolutions (3.82 / 4.33 ms per 2-frame
+    // pass at 32 rows).
     let mut costs = StageCosts {
-        prefill_base: us(300),
-        prefill_per_row: us(2_600),
-        code_predictor_base: us(2_310),
-        code_predictor_per_small_row: us(174),
-        code_predictor_per_row: us(34),
-        talker_base: us(1_850),
-        talker_per_small_row: us(134),
-        talker_per_row: us(11),
+        prefill_base: us(2_550),
+        prefill_per_row: us(250),
+        code_predictor_base: us(1_980),
+        code_predictor_per_small_row: us(216),
+        code_predictor_per_row: us(15),
+        talker_base: us(1_340),
+        talker_per_small_row: us(200),
+        talker_per_row: us(6),
         small_rows: 8,
         codec_base: us(1_200),
-        codec_per_frame: us(64),
+        codec_per_frame: us(56),
     };
     let mut spec = LoadSpec {
         rate: arg(1, "10").parse()?,
