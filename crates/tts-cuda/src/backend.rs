@@ -331,26 +331,22 @@ impl CudaBackend {
             }
             b *= 2;
         }
-        // a prefill after a cached head can be a single position
-        let one = GraphKind::Prefill { rows: 1 };
-        self.graph(one, 1)?;
-        let mut t = 16;
-        while t <= self.opts.limits.max_prefill_tokens {
-            self.graph(one, t)?;
-            t *= 2;
-        }
-        // and every (rows, tokens) bucket of a batched prefill: captured at first use, they
-        // stalled the first seconds of serving (H200, 51 late streams in the first 3.6 s)
-        if self.opts.batched_prefill {
-            let mut rows = 2;
-            while rows <= self.opts.limits.max_batch {
-                let mut t = token_bucket(rows);
-                while t <= self.opts.limits.max_prefill_tokens {
-                    self.graph(GraphKind::Prefill { rows }, t)?;
-                    t *= 2;
-                }
-                rows *= 2;
+        // Prefill buckets: (rows, tokens), tokens 16 and up by powers of two (at least the
+        // rows); one row also takes a single position (a prefill after a cached head).
+        // Batched prefill passes have up to `max_batch` rows: captured at first use, their
+        // graphs stalled the first seconds of serving (H200, 51 late streams in 3.6 s).
+        self.graph(GraphKind::Prefill { rows: 1 }, 1)?;
+        let mut rows = 1;
+        while rows <= self.opts.limits.max_batch {
+            let mut t = token_bucket(rows.max(2));
+            while t <= self.opts.limits.max_prefill_tokens {
+                self.graph(GraphKind::Prefill { rows }, t)?;
+                t *= 2;
             }
+            if !self.opts.batched_prefill {
+                break;
+            }
+            rows *= 2;
         }
         tracing::info!(
             graphs = self.graphs.len(),
