@@ -73,22 +73,22 @@ pub fn create_cuda(
             max_batch: size.max_batch,
             ..Default::default()
         },
-        graphs: std::env::var("QWEN3_TTS_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+        graphs: on_unless_zero("QWEN3_TTS_CUDA_GRAPHS"),
         gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
         // Measurement knobs (bench/results): programmatic dependent launch off, start-up
         // routing of the batched linear layers by timing them, the batched linear layers
         // off the cluster kernel or off tile.cu, the codec's few-step GEMMs on cuBLAS.
-        pdl: std::env::var("QWEN3_TTS_PDL").map_or(true, |v| v != "0"),
+        pdl: on_unless_zero("QWEN3_TTS_PDL"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
-        cluster_linear: std::env::var("QWEN3_TTS_CLUSTER_LINEAR").map_or(true, |v| v != "0"),
-        tile_linear: std::env::var("QWEN3_TTS_TILE_LINEAR").map_or(true, |v| v != "0"),
+        cluster_linear: on_unless_zero("QWEN3_TTS_CLUSTER_LINEAR"),
+        tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",
             tts_cuda::CudaOptions::default().prefix_cache,
             "prompt heads",
         )?,
-        codec_small_gemv: std::env::var("QWEN3_TTS_CODEC_GEMV").map_or(true, |v| v != "0"),
+        codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
         codec_precision: codec_precision_knob()?,
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights
@@ -104,7 +104,7 @@ pub fn create_cuda(
         talker_prefetch: prefetch_knob("QWEN3_TTS_TALKER_PREFETCH", Prefetch::TALKER)?,
         fp8: fp8_knob()?,
         // the prompts of one prefill call in one pass (on; 0: one pass per prompt)
-        batched_prefill: std::env::var("QWEN3_TTS_BATCHED_PREFILL").map_or(true, |v| v != "0"),
+        batched_prefill: on_unless_zero("QWEN3_TTS_BATCHED_PREFILL"),
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
@@ -129,6 +129,11 @@ fn codec_precision_knob() -> anyhow::Result<CodecPrecision> {
         tracing::info!(precision = ?p, "codec GEMM arithmetic");
     }
     Ok(p)
+}
+
+/// A switch that is on unless `$name` is `0`.
+fn on_unless_zero(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
 }
 
 /// `$name` parsed, else `default`; a value that does not parse is an error naming it.
