@@ -74,6 +74,18 @@ pub const PERSISTENT_KERNELS: &[&str] = &[
     "talker_layers_f32",
 ];
 
+/// Whether kernels whose set-up gave `setup` can be used (a failure is logged, not fatal:
+/// the routing keeps them off).
+fn usable(what: &str, setup: Result<(), CudaError>) -> bool {
+    match setup {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "{what} unavailable");
+            false
+        }
+    }
+}
+
 /// A device buffer and its raw address.
 pub struct DBuf<T> {
     slice: CudaSlice<T>,
@@ -188,13 +200,10 @@ impl Gpu {
                 )?;
                 Ok(())
             };
-            match CLUSTER_KERNELS.iter().copied().try_for_each(setup) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cluster linear kernels unavailable");
-                    false
-                }
-            }
+            usable(
+                "cluster linear kernels",
+                CLUSTER_KERNELS.iter().copied().try_for_each(setup),
+            )
         };
         // tile.cu's pipelines take more than the default 48 KiB of shared memory, and its
         // blocks meet in clusters (sm_90)
@@ -206,13 +215,10 @@ impl Gpu {
                 )?;
                 Ok(())
             };
-            match crate::linear::TILE_KERNELS.iter().try_for_each(setup) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "tile linear kernels unavailable");
-                    false
-                }
-            }
+            usable(
+                "tile linear kernels",
+                crate::linear::TILE_KERNELS.iter().try_for_each(setup),
+            )
         };
         tracing::info!(%name, %arch, clusters, tiles, "CUDA device ready");
         Ok(Self {
