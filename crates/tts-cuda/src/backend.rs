@@ -51,6 +51,12 @@ pub struct CudaOptions {
     pub autotune: bool,
     /// Launch the decoding kernels with programmatic dependent launch (sm_90 and newer).
     pub pdl: bool,
+    /// Time cuBLASLt's candidate algorithms for the batched linear layers' GEMMs at
+    /// start-up and run those that beat `cublasGemmEx` (`lt::tune`). Off by default: on
+    /// the H200 it kept 44 of 60 (shape, columns) buckets, each within 0-10 % of
+    /// `cublasGemmEx` alone, and moved no stage by more than 2 %
+    /// (`bench/results/2026-12-01-h200-cublaslt`).
+    pub lt_linear: bool,
     /// Let batched linear layers run on the thread-block-cluster kernel (`mma_cluster.cu`,
     /// one launch each; sm_90) where the routing picks it (the static rule: the code
     /// predictor's layers at 3..=16 rows); off: the GEMV, `to_bf16_rows` + `mma.cu` or
@@ -97,6 +103,7 @@ impl Default for CudaOptions {
             codec_small_gemv: true,
             autotune: false,
             pdl: true,
+            lt_linear: false,
             cluster_linear: true,
             tile_linear: true,
             prefix_cache: 64,
@@ -174,6 +181,7 @@ pub struct CudaBackend {
     graphs: HashMap<(GraphKind, usize), Graph>,
     prefix: PrefixCache,
     tuning: Vec<TunedShape>,
+    lt_tuning: Vec<crate::lt::LtTuned>,
     opts: CudaOptions,
     text_vocab: usize,
 }
@@ -212,6 +220,39 @@ impl CudaBackend {
                 rows,
                 Persistent::talker(&gpu, &talker, &ws, opts.talker_prefetch)?,
             ),
+        };
+        // cuBLASLt first: the routing below times the cuBLAS path as it will then run
+        let lt_tuning = match &gpu.lt {
+            Some(_) if opts.lt_linear => {
+                let t0 = std::time::Instant::now();
+                let shapes: Vec<_> = tuning_layers(&talker, &cp)
+                    .iter()
+                    .map(|l| (l.n, l.k, l.w.ptr))
+                    .collect();
+                let s = &ws.scratch;
+                let tuned = crate::lt::tune(
+                    &gpu,
+                    &shapes,
+                    (s.xb.ptr, s.xb.len),
+                    (s.acc.ptr, s.acc.len),
+                    5,
+                )?;
+                for t in &tuned {
+                    tracing::debug!(n = t.n, k = t.k, cols = t.cols, gemm_ex_us = t.gemm_ex_us, lt_us = ?t.best_lt_us, kept = t.kept, "cuBLASLt tuning");
+                }
+                tracing::info!(
+                    shapes = tuned.len(),
+                    kept = tuned.iter().filter(|t| t.kept).count(),
+                    ms = t0.elapsed().as_secs_f64() * 1e3,
+                    "cuBLASLt algorithms tuned"
+                );
+                tuned
+            }
+            Some(lt) => {
+                lt.set_enabled(false);
+                Vec::new()
+            }
+            None => Vec::new(),
         };
         let tuning = if opts.autotune {
             let t0 = std::time::Instant::now();
@@ -295,6 +336,7 @@ impl CudaBackend {
             opts,
             text_vocab: t.text_vocab_size,
             tuning,
+            lt_tuning,
         })
     }
 
@@ -306,6 +348,11 @@ impl CudaBackend {
     /// What start-up tuning measured and chose for each batched layer shape.
     pub fn tuning(&self) -> &[TunedShape] {
         &self.tuning
+    }
+
+    /// What the start-up cuBLASLt tuning measured and kept.
+    pub fn lt_tuning(&self) -> &[crate::lt::LtTuned] {
+        &self.lt_tuning
     }
 
     pub fn gpu(&self) -> &Gpu {

@@ -377,6 +377,7 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
     let gain: crate::device::DBuf<f32> = gpu.upload(&vec![1.0f32; 6144])?;
     let mut out = Vec::new();
+    let lt_was_on = gpu.lt.as_ref().is_some_and(|lt| lt.enabled());
     for &(name, n, k) in shapes {
         let bytes = n * k * 2;
         let copies = (256 << 20) / bytes + 1;
@@ -408,20 +409,35 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("cluster", 8, path(cluster)),
             ("tc", 16, path(tc)),
             ("cublas", 16, path(cublas)),
+            ("cublasLt", 16, path(cublas)),
             ("cluster", 16, path(cluster)),
             ("tile", 16, path(tile)),
             ("tc", 32, path(tc)),
             ("cublas", 32, path(cublas)),
+            ("cublasLt", 32, path(cublas)),
             ("cluster", 32, path(cluster)),
             ("tile", 32, path(tile)),
             ("tc", 64, path(tc)),
             ("cublas", 64, path(cublas)),
+            ("cublasLt", 64, path(cublas)),
             ("cluster", 64, path(cluster)),
             ("tile", 64, path(tile)),
         ];
+        // cuBLASLt tuned for this shape as the backend tunes it; the plain `cublas` rows
+        // run with it off
+        crate::lt::tune(
+            gpu,
+            &[(n, k, layers[0].w.ptr)],
+            (scratch.xb.ptr, scratch.xb.len),
+            (scratch.acc.ptr, scratch.acc.len),
+            5,
+        )?;
         for (label, m, paths) in cases {
             if paths.choose(m, n, k) != paths.force.unwrap_or(LinearPath::Cublas) {
                 continue; // the path cannot take this shape here
+            }
+            if let Some(lt) = &gpu.lt {
+                lt.set_enabled(label != "cublas");
             }
             scratch.paths = paths;
             scratch.paths.fp8_codes = Some(label.starts_with("gemv8"));
@@ -460,6 +476,9 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
                 tb_per_s: read as f64 / (us * 1e-6) / 1e12,
             });
         }
+    }
+    if let Some(lt) = &gpu.lt {
+        lt.set_enabled(lt_was_on);
     }
     Ok(out)
 }

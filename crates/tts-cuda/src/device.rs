@@ -19,6 +19,7 @@ use cudarc::nvrtc::Ptx;
 use crate::compile;
 use crate::error::CudaError;
 use crate::libs;
+use crate::lt::Lt;
 
 /// Names of the decoding kernels (checked at start-up). Each calls `pdl_wait()` before it
 /// touches data of earlier work (`common.cuh`), so they are launched with programmatic
@@ -120,6 +121,8 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
+    /// cuBLASLt with the algorithms tuned for the linear layers (`lt::tune`).
+    pub lt: Option<Lt>,
     _module: Arc<CudaModule>,
     /// Each kernel and whether it may be launched with PDL.
     funcs: HashMap<&'static str, (CudaFunction, bool)>,
@@ -180,12 +183,21 @@ impl Gpu {
             .max(1) as u32;
         let blas = CudaBlas::new(stream.clone())?;
         let workspace: CudaSlice<u8> = stream.alloc_zeros(BLAS_WORKSPACE)?;
-        {
+        let workspace_ptr = {
             let (p, _g) = workspace.device_ptr(&stream);
             // SAFETY: the workspace outlives the handle (both owned by this struct).
             unsafe { bsys::cublasSetWorkspace_v2(*blas.handle(), p as *mut _, BLAS_WORKSPACE) }
                 .result()?;
-        }
+            p
+        };
+        // cuBLASLt shares the workspace: both run on the one stream, in its order.
+        let lt = match Lt::new(workspace_ptr, BLAS_WORKSPACE) {
+            Ok(lt) => Some(lt),
+            Err(e) => {
+                tracing::warn!(error = %e, "cuBLASLt unavailable: batched GEMMs on cublasGemmEx");
+                None
+            }
+        };
         let pdl = maj >= 9;
         let clusters = maj >= 9 && {
             let setup = |k: &'static str| -> Result<(), CudaError> {
@@ -225,6 +237,7 @@ impl Gpu {
             ctx,
             stream,
             blas,
+            lt,
             _module: module,
             funcs,
             pdl,

@@ -15,6 +15,7 @@ pub mod error;
 pub mod kernels;
 pub mod libs;
 pub mod linear;
+pub mod lt;
 pub mod persistent;
 pub mod prefill_plan;
 pub mod prefix;

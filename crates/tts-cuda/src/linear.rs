@@ -11,7 +11,7 @@
 
 use tts_model::fp8::Fp8Rows;
 
-use crate::device::{Arg, DBuf, GemmType, Gpu};
+use crate::device::{Arg, DBuf, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
     cluster_split, tile_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE, GEMV_MAX_ROWS,
@@ -215,20 +215,14 @@ pub fn linear(
         )));
     }
     // Column-major view: acc (n × 2m) = Wᵀ-as-stored (n × k, op T of k × n) · x (k × 2m).
-    gpu.gemm(
-        true,
-        false,
+    crate::lt::weight_gemm(
+        gpu,
         l.n,
+        l.k,
         2 * m,
-        l.k,
         l.w.ptr,
-        l.k,
         scratch.xb.ptr,
-        l.k,
-        0.0,
         scratch.acc.ptr,
-        l.n,
-        GemmType::Bf16,
     )?;
     gpu.launch(
         "linear_epilogue",

@@ -726,6 +726,74 @@ fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
     }
 }
 
+/// cuBLASLt's tuned algorithms (`lt.rs`; every bucket kept on cuBLASLt here, whatever its
+/// time) give what `cublasGemmEx` gives for the batched linear layers' GEMM (bf16 weights
+/// × bf16 columns, f32 out) at column counts inside and at the edges of the buckets: the
+/// same products summed in another order (K splits), so within 1e-5 of the largest output.
+#[test]
+fn cublaslt_gemms_match_cublas_gemm_ex() {
+    use tts_cuda::lt::{tune_with, weight_gemm, Keep};
+    let test = "cublaslt_gemms_match_cublas_gemm_ex";
+    let Some(gpu) = open_gpu(test) else {
+        return;
+    };
+    let Some(lt) = gpu.lt.as_ref() else {
+        panic!("{test}: cuBLASLt did not open on {}", gpu.name);
+    };
+    let mut rnd = uniform(777);
+    let max_cols = 512;
+    for (n, k) in [(4096usize, 1024usize), (1024, 2048), (2048, 6144)] {
+        let w: Vec<half::bf16> = (0..n * k)
+            .map(|_| half::bf16::from_f32(rnd() * 0.05))
+            .collect();
+        let x: Vec<half::bf16> = (0..max_cols * k)
+            .map(|_| half::bf16::from_f32(rnd()))
+            .collect();
+        let w = gpu.upload(&w).unwrap();
+        let xb = gpu.upload(&x).unwrap();
+        let mut acc = gpu.zeros::<f32>(max_cols * n).unwrap();
+        let tuned = tune_with(
+            &gpu,
+            &[(n, k, w.ptr)],
+            (xb.ptr, xb.len),
+            (acc.ptr, acc.len),
+            2,
+            Keep::Fastest,
+        )
+        .unwrap();
+        assert!(
+            tuned.iter().any(|t| t.kept),
+            "{test}: no cuBLASLt candidate ran for {n}x{k}: {tuned:?}"
+        );
+        for cols in [2usize, 16, 18, 34, 64, 66, 128, 200, 512] {
+            lt.set_enabled(false);
+            weight_gemm(&gpu, n, k, cols, w.ptr, xb.ptr, acc.ptr).unwrap();
+            let reference = gpu.read(&acc, cols * n).unwrap();
+            gpu.write(&mut acc, &vec![f32::NAN; cols * n]).unwrap();
+            lt.set_enabled(true);
+            weight_gemm(&gpu, n, k, cols, w.ptr, xb.ptr, acc.ptr).unwrap();
+            let got = gpu.read(&acc, cols * n).unwrap();
+            let on_lt = lt.runs(n, k, cols);
+            // a bucket's own column count always takes the algorithm tuned at it
+            assert!(
+                on_lt || !tts_cuda::lt::BUCKETS.contains(&cols),
+                "{test}: {n}x{k}, {cols} columns did not run on cuBLASLt"
+            );
+            let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(&reference)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+                / scale;
+            assert!(
+                scale > 0.0 && err <= 1e-5,
+                "{test}: {n}x{k}, {cols} columns: rel err {err}"
+            );
+            eprintln!("{test}: {n}x{k}, {cols} columns (cuBLASLt: {on_lt}): rel err {err:.2e}");
+        }
+    }
+}
+
 /// The multi-row paths (tensor cores for any row count up to 64, the cluster kernel up to
 /// 64, cuBLAS beyond and when asked) compute what the GEMV computes row by row, with the
 /// RMSNorm prologue and every epilogue, to f32-level accuracy; the cluster kernel on every

@@ -75,10 +75,12 @@ pub fn create_cuda(
         },
         graphs: on_unless_zero("QWEN3_TTS_CUDA_GRAPHS"),
         gpu_codec: std::env::var("QWEN3_TTS_CPU_CODEC").is_err(),
-        // Measurement knobs (bench/results): programmatic dependent launch off, start-up
-        // routing of the batched linear layers by timing them, the batched linear layers
+        // Measurement knobs (bench/results): programmatic dependent launch off, cuBLASLt
+        // tuned at start-up (=1), start-up routing of the batched linear layers by timing
+        // them (=1), the batched linear layers
         // off the cluster kernel or off tile.cu, the codec's few-step GEMMs on cuBLAS.
         pdl: on_unless_zero("QWEN3_TTS_PDL"),
+        lt_linear: std::env::var("QWEN3_TTS_LT_LINEAR").is_ok_and(|v| v == "1"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
         cluster_linear: on_unless_zero("QWEN3_TTS_CLUSTER_LINEAR"),
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),

@@ -77,6 +77,28 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
             "us": t.timings.iter().map(|(p, us)| (format!("{p:?}"), *us)).collect::<std::collections::BTreeMap<_, _>>(),
         }));
     }
+    let mut lt_json = Vec::new();
+    if !b.lt_tuning().is_empty() {
+        println!("cuBLASLt tuned at start-up (device µs per GEMM, columns = 2 x rows)");
+    }
+    for t in b.lt_tuning() {
+        let lt = t
+            .best_lt_us
+            .map_or("-".to_string(), |us| format!("{us:.2}"));
+        println!(
+            "  {}x{} cols {:>3}: cublasGemmEx {:.2}, best of {} cuBLASLt {lt}{}",
+            t.n,
+            t.k,
+            t.cols,
+            t.gemm_ex_us,
+            t.candidates,
+            if t.kept { " (kept)" } else { "" }
+        );
+        lt_json.push(serde_json::json!({
+            "n": t.n, "k": t.k, "cols": t.cols, "gemm_ex_us": t.gemm_ex_us,
+            "lt_us": t.best_lt_us, "candidates": t.candidates, "kept": t.kept,
+        }));
+    }
     let mut kernel_json = Vec::new();
     if a.kernels {
         println!("{:<48} {:>10} {:>8}", "kernel", "us", "TB/s");
@@ -123,7 +145,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         let doc = serde_json::json!({
             "model": model.name, "device": device, "iters": a.iters,
             "codec_frames": a.codec_frames, "context_frames": a.context, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
-            "kernels": kernel_json, "routing": tuning_json, "trace": trace_json,
+            "kernels": kernel_json, "routing": tuning_json, "cublaslt": lt_json, "trace": trace_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
