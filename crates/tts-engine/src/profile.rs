@@ -122,12 +122,14 @@ impl Profile {
     /// rows that ride along with first-audio work are cheap and fewer calls leave room for
     /// more streams; under light load
     /// calls fill to their bucket only, so first audio is not slowed by passengers. A
-    /// codec call decodes at most 96 frames (about 8 ms on the H200), so no stream waits
-    /// long behind streams that ran far ahead. Tuned on the simulator with the H200's
-    /// measured stage costs (`examples/sim_h200.rs`), then checked end to end on the H200
-    /// (`bench/results/`).
+    /// codec call decodes at most 160 frames (about 10 ms on the H200 with f16
+    /// convolutions), so no stream waits long behind streams that ran far ahead (96
+    /// before the f16 convolutions; at 65 req/s 160 gave p95 42.4 ms against 56.6,
+    /// `bench/results/2026-12-01-h200-codec-budget-160`). Tuned on the simulator with the
+    /// H200's measured stage costs (`examples/sim_h200.rs`), then checked end to end on
+    /// the H200 (`bench/results/`).
     pub fn balanced() -> Self {
-        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16).codec_frames(96)
+        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16).codec_frames(160)
     }
 
     /// Larger chunks and full batches: the most audio per GPU second.

@@ -44,7 +44,7 @@ pub struct ServeArgs {
     /// for its codec call (true/false) [true].
     #[arg(long, env = "QWEN3_TTS_URGENT_MODEL_STAGES", action = clap::ArgAction::Set)]
     pub urgent_model_stages: Option<bool>,
-    /// Most frames one codec call decodes, over all its streams [the profile's: 96 for
+    /// Most frames one codec call decodes, over all its streams [the profile's: 160 for
     /// balanced].
     #[arg(long, env = "QWEN3_TTS_CODEC_MAX_FRAMES")]
     pub codec_max_frames: Option<usize>,
@@ -475,7 +475,7 @@ mod tests {
                 .profile
                 .policy
                 .codec_max_frames,
-            96
+            160
         );
     }
 
