@@ -183,10 +183,7 @@ impl Lt {
         Ok(results
             .iter()
             .take(count.max(0) as usize)
-            .filter(|r| {
-                r.state == lsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                    && r.workspaceSize <= self.workspace_bytes
-            })
+            .filter(|r| self.usable(r.state, r))
             .map(|r| r.algo)
             .collect())
     }
@@ -208,7 +205,17 @@ impl Lt {
                 &mut r,
             )
         };
-        ok == lsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS && r.workspaceSize <= self.workspace_bytes
+        self.usable(ok, &r)
+    }
+
+    /// Whether an algorithm the library reported on with `status` and `r` runs here.
+    fn usable(
+        &self,
+        status: lsys::cublasStatus_t,
+        r: &lsys::cublasLtMatmulHeuristicResult_t,
+    ) -> bool {
+        status == lsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            && r.workspaceSize <= self.workspace_bytes
     }
 
     /// Enqueues `acc = Wᵀ · xb` with `plan` on `gpu`'s stream.
