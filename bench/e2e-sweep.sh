@@ -4,6 +4,8 @@
 # after each (stage batch sizes and durations per rate come from their differences).
 # Usage (repository root of the device machine, binary carried in .device-carry/):
 #   RATES="1 10 40" LABEL=a OUT=... [SERVE_ARGS="--urgent-model-stages false"] [BENCH_ARGS=--raw] bash bench/e2e-sweep.sh
+# It writes ~5 files per rate: a device call brings back only a few files from $OUT, so point
+# OUT elsewhere and pack the folder into one archive under $OUT (as .device-carry/runN.sh did).
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried
@@ -28,7 +30,7 @@ for rate in ${RATES:-1 10 40}; do
         > "$OUT/$LABEL/bench-$rate.txt" 2>&1
     echo "rate $rate rc $?"
     curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$rate.txt"
-    grep -E "^\| *$rate \|" "$OUT/$LABEL/r$rate"*.md 2>/dev/null | head -2
+    grep -E "^\| *$rate \|" "$OUT/$LABEL/r$rate/bench.md" 2>/dev/null | head -2
     grep "tightest" "$OUT/$LABEL/bench-$rate.txt"
 done
 kill -TERM $server
