@@ -4,8 +4,8 @@
 # after each (stage batch sizes and durations per rate come from their differences).
 # Usage (repository root of the device machine, binary carried in .device-carry/):
 #   RATES="1 10 40" LABEL=a OUT=... [SERVE_ARGS="--urgent-model-stages false"] [BENCH_ARGS=--raw] bash bench/e2e-sweep.sh
-# It writes ~5 files per rate: a device call brings back only a few files from $OUT, so point
-# OUT elsewhere and pack the folder into one archive under $OUT (as .device-carry/runN.sh did).
+# It writes ~5 files per rate, and a device call brings back only a few files from its $OUT:
+# there, set OUT to a scratch folder and PACK=$OUT/<name>.tgz to get them as one archive.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried
@@ -35,3 +35,4 @@ for rate in ${RATES:-1 10 40}; do
 done
 kill -TERM $server
 wait $server
+[ -n "${PACK:-}" ] && tar czf "$PACK" -C "$OUT" "$LABEL"
