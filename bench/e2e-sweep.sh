@@ -35,4 +35,4 @@ for rate in ${RATES:-1 10 40}; do
 done
 kill -TERM $server
 wait $server
-[ -n "${PACK:-}" ] && tar czf "$PACK" -C "$OUT" "$LABEL"
+if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$OUT" "$LABEL"; fi
