@@ -304,7 +304,6 @@ impl Drop for Lt {
 
 /// `acc (n × cols, f32) = Wᵀ · xb`, W bf16 n × k (k-major), xb bf16 k × cols: on the tuned
 /// cuBLASLt algorithm where [`tune`] kept one, else `cublasGemmEx`.
-#[allow(clippy::too_many_arguments)]
 pub fn weight_gemm(
     gpu: &Gpu,
     n: usize,
@@ -443,9 +442,12 @@ pub fn tune_with(
             let kept = best.filter(|b| keep == Keep::Fastest || b.0 < gemm_ex);
             let mut st = lt.lock();
             st.tuned.insert((n, k, cols), kept.map(|b| b.1));
-            // plans of this shape made before this tuning would be stale
+            // plans of this shape made before this tuning would be stale; the bucket's own
+            // column count runs on the descriptors just timed
             st.plans
                 .retain(|&(pn, pk, pc), _| !(pn == n && pk == k && cols_bucket(pc) == Some(cols)));
+            st.plans
+                .insert((n, k, cols), kept.map(|b| Plan { algo: b.1, ..plan }));
             out.push(LtTuned {
                 n,
                 k,
