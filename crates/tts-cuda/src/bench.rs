@@ -55,7 +55,7 @@ pub fn stage_table(rows: &[StageTiming]) -> String {
 
 /// Allocates and prefills `n` slots with a realistic prompt (streaming text mode, ~60
 /// characters), then runs `context` frames so attention sees a realistic history.
-fn prepare(
+pub(crate) fn prepare(
     b: &mut CudaBackend,
     model: &Model,
     n: usize,
@@ -91,7 +91,7 @@ fn prepare(
 }
 
 /// One talker-step row per slot, each fed the pad text token.
-fn pad_steps(b: &CudaBackend, slots: &[SlotId]) -> Vec<StepRow> {
+pub(crate) fn pad_steps(b: &CudaBackend, slots: &[SlotId]) -> Vec<StepRow> {
     let pad = b.info().tts_pad_token_id;
     slots
         .iter()

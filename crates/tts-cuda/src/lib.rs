@@ -16,6 +16,7 @@ pub mod kernels;
 pub mod libs;
 pub mod linear;
 pub mod lt;
+pub mod overlap;
 pub mod persistent;
 pub mod prefill_plan;
 pub mod prefix;

@@ -36,6 +36,11 @@ pub struct BenchStagesArgs {
     /// Also trace the persistent kernels: time per phase and per grid barrier.
     #[arg(long)]
     pub trace: bool,
+    /// Also run pairs of stage calls side by side on two backends (two streams, one
+    /// process), e.g. `cp1+cp1,cp32+talker32,prefill+cp32,cp32+codec4`: how much of the GPU
+    /// one latency-bound stage leaves to another.
+    #[arg(long, value_delimiter = ',')]
+    pub overlap: Vec<tts_cuda::overlap::Pair>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -43,10 +48,12 @@ pub struct BenchStagesArgs {
 
 pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
     let model = Model::load(&a.model, LoadOptions::default())?;
+    let pair_rows = a.overlap.iter().flat_map(|p| [p.0.rows(), p.1.rows()]);
     let max_batch = a
         .batches
         .iter()
         .copied()
+        .chain(pair_rows)
         .max()
         .unwrap_or(1)
         .next_power_of_two();
@@ -132,6 +139,29 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let mut overlap_json = Vec::new();
+    if !a.overlap.is_empty() {
+        // the second backend: its own stream, workspace and graphs on the same device
+        let mut y = create_cuda(&model, a.cuda_device, size)?;
+        let pairs = tts_cuda::overlap::bench_overlap(
+            &mut b,
+            &mut y,
+            &model,
+            &a.overlap,
+            a.iters,
+            a.context,
+            a.codec_frames,
+        )?;
+        println!("stage pairs side by side (ms per call; gain = one after the other / together)");
+        print!("{}", tts_cuda::overlap::overlap_table(&pairs));
+        for p in &pairs {
+            overlap_json.push(serde_json::json!({
+                "a": p.pair.0.to_string(), "b": p.pair.1.to_string(),
+                "alone_ms": p.alone_ms, "calls": p.calls, "together_ms": p.together_ms,
+                "together_wall_ms": p.together_wall_ms, "gain": p.gain(),
+            }));
+        }
+    }
     let json: Vec<_> = rows
         .iter()
         .map(|r| {
@@ -146,6 +176,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
             "model": model.name, "device": device, "iters": a.iters,
             "codec_frames": a.codec_frames, "context_frames": a.context, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
             "kernels": kernel_json, "routing": tuning_json, "cublaslt": lt_json, "trace": trace_json,
+            "overlap": overlap_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
