@@ -48,6 +48,7 @@ pub struct Core<C: Client> {
     pub(crate) requests: Vec<RequestState<C>>,
     next_order: u64,
     pub(crate) step_no: u64,
+    active_gauge: metrics::GaugeShare,
 }
 
 impl<C: Client> Core<C> {
@@ -66,6 +67,7 @@ impl<C: Client> Core<C> {
             requests: Vec::new(),
             next_order: 0,
             step_no: 0,
+            active_gauge: metrics::GaugeShare::default(),
         }
     }
 
@@ -132,7 +134,8 @@ impl<C: Client> Core<C> {
         }));
         self.requests.push(r);
         self.poll_one(self.requests.len() - 1, now);
-        metrics::active(self.active());
+        let n = self.active();
+        self.active_gauge.active(n);
     }
 
     /// Takes in cancellations and streamed text, delivers held events, and retires
@@ -228,7 +231,8 @@ impl<C: Client> Core<C> {
             !(r.phase == Phase::Cancelled || (r.phase.is_terminal() && !r.has_outbox()))
         });
         if self.requests.len() != before {
-            metrics::active(self.active());
+            let n = self.active();
+            self.active_gauge.active(n);
         }
     }
 
@@ -242,7 +246,7 @@ impl<C: Client> Core<C> {
             self.deliver(i, now);
         }
         self.requests.clear();
-        metrics::active(0);
+        self.active_gauge.active(0);
     }
 
     /// The scheduler's view of every request.

@@ -62,6 +62,7 @@ pub(crate) struct EngineLoop {
     pub wake: Receiver<()>,
     pub shared: Arc<EngineShared>,
     pub warmup: Option<Warmup>,
+    pub queue_gauge: metrics::GaugeShare,
 }
 
 impl EngineLoop {
@@ -100,7 +101,7 @@ impl EngineLoop {
                     Err(TryRecvError::Disconnected) => inbox_open = false,
                 }
             }
-            metrics::queue_depth(self.inbox.len());
+            self.queue_gauge.queue_depth(self.inbox.len());
             self.shared
                 .active
                 .store(self.core.active(), Ordering::Relaxed);
@@ -143,7 +144,7 @@ impl EngineLoop {
         self.shared.ready.store(false, Ordering::Release);
         self.shared.stopped.store(true, Ordering::Release);
         self.shared.active.store(0, Ordering::Relaxed);
-        metrics::queue_depth(0);
+        self.queue_gauge.queue_depth(0);
         tracing::info!("engine stopped");
     }
 }

@@ -157,6 +157,7 @@ impl EngineHandle {
             wake: wake_rx,
             shared: shared.clone(),
             warmup,
+            queue_gauge: Default::default(),
         };
         let thread = std::thread::Builder::new()
             .name("tts-engine".into())

@@ -83,12 +83,30 @@ pub(crate) fn stage(stage: Stage, rows: usize, took: Duration) {
     metrics::histogram!(STAGE_DURATION, "stage" => stage.name()).record(took.as_secs_f64());
 }
 
-pub(crate) fn active(n: usize) {
-    metrics::gauge!(ACTIVE_REQUESTS).set(n as f64);
+/// One engine's part of a gauge that every engine of a pool adds to: it keeps the value it
+/// last reported and adds the difference, so the gauge is the sum over engines.
+#[derive(Debug, Default)]
+pub(crate) struct GaugeShare {
+    last: f64,
 }
 
-pub(crate) fn queue_depth(n: usize) {
-    metrics::gauge!(QUEUE_DEPTH).set(n as f64);
+impl GaugeShare {
+    fn report(&mut self, name: &'static str, n: usize) {
+        // an increment of 0 too: the gauge is then listed from the first report on
+        let v = n as f64;
+        metrics::gauge!(name).increment(v - self.last);
+        self.last = v;
+    }
+
+    /// This engine's requests holding a slot.
+    pub(crate) fn active(&mut self, n: usize) {
+        self.report(ACTIVE_REQUESTS, n);
+    }
+
+    /// This engine's requests waiting for a slot.
+    pub(crate) fn queue_depth(&mut self, n: usize) {
+        self.report(QUEUE_DEPTH, n);
+    }
 }
 
 pub(crate) fn frames(n: usize) {

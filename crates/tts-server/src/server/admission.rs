@@ -2,7 +2,7 @@
 //! a response header is sent, so a refusal is a real status (400/429/503), never a broken
 //! 200 stream.
 
-use tts_engine::{EngineHandle, RequestHandle, SubmitError, SynthesisRequest, TextSender};
+use tts_engine::{EnginePool, RequestHandle, SubmitError, SynthesisRequest, TextSender};
 use tts_model::{RequestError, SpeechRequest};
 
 use super::catalog::VoiceChoice;
@@ -12,7 +12,7 @@ use super::params::VoiceParams;
 use super::state::AppState;
 
 /// The engine, when it accepts work.
-pub fn ready_engine(state: &AppState) -> Result<&EngineHandle, ApiError> {
+pub fn ready_engine(state: &AppState) -> Result<&EnginePool, ApiError> {
     if state.is_shutting_down() {
         state.metrics().rejected("shutting_down");
         return Err(ApiError::shutting_down(state.retry_after()));

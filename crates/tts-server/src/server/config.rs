@@ -57,6 +57,11 @@ pub struct ServeArgs {
     /// Most requests generating at once [= max-slots].
     #[arg(long, env = "QWEN3_TTS_MAX_ACTIVE")]
     pub max_active: Option<usize>,
+    /// Engines sharing the device, each with its own backend (a copy of the weights, its
+    /// own stream) and an equal share of the slots, queue and active limit; a request goes
+    /// to the least loaded. Their stage calls run side by side on the GPU [1].
+    #[arg(long, env = "QWEN3_TTS_REPLICAS")]
+    pub replicas: Option<usize>,
     /// Longest `input` (and streamed text) in characters [4096].
     #[arg(long, env = "QWEN3_TTS_MAX_INPUT_CHARS")]
     pub max_input_chars: Option<usize>,
@@ -122,6 +127,7 @@ pub struct FileConfig {
     pub max_queue: Option<usize>,
     pub max_slots: Option<usize>,
     pub max_active: Option<usize>,
+    pub replicas: Option<usize>,
     pub max_input_chars: Option<usize>,
     pub api_keys: Option<Vec<String>>,
     /// `alias = "speaker"`.
@@ -191,6 +197,8 @@ pub struct ServerConfig {
     pub max_queue: usize,
     pub max_slots: usize,
     pub max_active: Option<usize>,
+    /// Engines sharing the device (slots, queue and active limit split between them).
+    pub replicas: usize,
     pub max_input_chars: usize,
     pub api_keys: Vec<String>,
     /// (alias, speaker), in the order given.
@@ -215,6 +223,7 @@ impl Default for ServerConfig {
             max_queue: 64,
             max_slots: default_slots(Device::Cpu),
             max_active: None,
+            replicas: 1,
             max_input_chars: 4096,
             api_keys: Vec::new(),
             voice_aliases: Vec::new(),
@@ -368,6 +377,7 @@ impl ServeArgs {
                 .or(file.max_slots)
                 .unwrap_or_else(|| default_slots(device)),
             max_active: self.max_active.or(file.max_active),
+            replicas: self.replicas.or(file.replicas).unwrap_or(d.replicas),
             max_input_chars: self
                 .max_input_chars
                 .or(file.max_input_chars)
@@ -402,6 +412,15 @@ impl ServerConfig {
                 ))
             }
             _ => {}
+        }
+        if self.replicas == 0 || self.replicas > self.max_slots.min(self.max_queue) {
+            return Err(invalid(
+                "replicas",
+                format!(
+                    "{} engines: need at least 1, and at most max_slots ({}) and max_queue ({})",
+                    self.replicas, self.max_slots, self.max_queue
+                ),
+            ));
         }
         if self.max_input_chars == 0 {
             return Err(invalid("max_input_chars", "must be at least 1"));
@@ -504,5 +523,30 @@ mod tests {
             ..Default::default()
         };
         assert!(args.resolve_with(FileConfig::default()).is_err());
+        for (replicas, slots) in [(0, 8), (3, 2)] {
+            let args = ServeArgs {
+                replicas: Some(replicas),
+                max_slots: Some(slots),
+                ..Default::default()
+            };
+            let err = args.resolve_with(FileConfig::default()).unwrap_err();
+            assert!(err.to_string().contains("replicas"), "{err}");
+        }
+    }
+
+    #[test]
+    fn replicas_come_from_the_flag_or_the_file() {
+        let c = ServeArgs::default()
+            .resolve_with(FileConfig::default())
+            .unwrap();
+        assert_eq!(c.replicas, 1);
+        let file: FileConfig = toml::from_str("replicas = 2\n").unwrap();
+        assert_eq!(ServeArgs::default().resolve_with(file).unwrap().replicas, 2);
+        let file: FileConfig = toml::from_str("replicas = 2\n").unwrap();
+        let args = ServeArgs {
+            replicas: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(args.resolve_with(file).unwrap().replicas, 3);
     }
 }

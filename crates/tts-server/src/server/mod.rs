@@ -35,7 +35,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tts_engine::{EngineConfig, EngineHandle};
+use tts_engine::{EngineConfig, EngineHandle, EnginePool};
 use tts_model::config::UnknownKeys;
 use tts_model::{LoadOptions, Model};
 
@@ -120,25 +120,39 @@ fn load_model(config: &ServerConfig) -> anyhow::Result<(Arc<Model>, Catalog)> {
     Ok((Arc::new(model), catalog))
 }
 
-/// Builds the backend and starts the engine; blocks until it is warmed up.
+/// Builds the backends and starts the engines (`replicas`, each with an equal share of
+/// the slots, queue and active limit); blocks until they are warmed up.
 fn start_engine(state: &AppState) -> anyhow::Result<()> {
     let config = state.config();
     let model = state.model().clone();
+    let n = config.replicas.max(1);
+    let share = |total: usize| total.div_ceil(n);
+    let slots = share(config.max_slots);
     let size = BackendSize {
-        max_slots: config.max_slots,
-        max_batch: config.max_slots.next_power_of_two().min(64),
+        max_slots: slots,
+        max_batch: slots.next_power_of_two().min(64),
         ..BackendSize::default()
     };
-    let backend = backend::create_warm(&model, config.device, size)?;
-    let engine_config = EngineConfig {
-        profile: config.profile.clone(),
-        queue_capacity: config.max_queue,
-        max_active: config.max_active,
-        max_text_chars: config.max_input_chars,
-        warmup: config.warmup,
-        ..EngineConfig::default()
-    };
-    let engine = EngineHandle::start(model, backend, engine_config)?;
+    // every backend first: a device that cannot hold them all fails before any engine runs
+    let backends = (0..n)
+        .map(|replica| {
+            backend::create_warm(&model, config.device, size)
+                .with_context(|| format!("backend {} of {n}", replica + 1))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut engines = Vec::with_capacity(n);
+    for backend in backends {
+        let engine_config = EngineConfig {
+            profile: config.profile.clone(),
+            queue_capacity: share(config.max_queue),
+            max_active: config.max_active.map(share),
+            max_text_chars: config.max_input_chars,
+            warmup: config.warmup,
+            ..EngineConfig::default()
+        };
+        engines.push(EngineHandle::start(model.clone(), backend, engine_config)?);
+    }
+    let engine = EnginePool::new(engines)?;
     let info = engine.info().clone();
     state.set_engine(engine.clone());
     loop {
@@ -155,6 +169,7 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
         device = %info.device,
         slots = info.max_active,
         queue = info.queue_capacity,
+        engines = n,
         "ready"
     );
     Ok(())

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tts_engine::EngineHandle;
+use tts_engine::EnginePool;
 use tts_model::Model;
 
 use super::catalog::Catalog;
@@ -25,7 +25,7 @@ struct Inner {
     config: ServerConfig,
     model: Arc<Model>,
     catalog: Catalog,
-    engine: OnceLock<EngineHandle>,
+    engine: OnceLock<EnginePool>,
     metrics: ServerMetrics,
     shutting_down: AtomicBool,
     shutdown_tx: watch::Sender<bool>,
@@ -85,19 +85,19 @@ impl AppState {
         }
     }
 
-    /// The engine, once started (it may still be warming up).
-    pub fn engine(&self) -> Option<&EngineHandle> {
+    /// The engines, once started (they may still be warming up).
+    pub fn engine(&self) -> Option<&EnginePool> {
         self.inner.engine.get()
     }
 
-    /// Sets the engine (once; later calls are ignored and return false).
-    pub fn set_engine(&self, engine: EngineHandle) -> bool {
-        self.inner.engine.set(engine).is_ok()
+    /// Sets the engines (once; later calls are ignored and return false).
+    pub fn set_engine(&self, engine: impl Into<EnginePool>) -> bool {
+        self.inner.engine.set(engine.into()).is_ok()
     }
 
     /// Warmed up, not shutting down.
     pub fn is_ready(&self) -> bool {
-        !self.is_shutting_down() && self.engine().is_some_and(EngineHandle::is_ready)
+        !self.is_shutting_down() && self.engine().is_some_and(EnginePool::is_ready)
     }
 
     pub fn is_shutting_down(&self) -> bool {
