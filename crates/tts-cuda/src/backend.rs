@@ -19,6 +19,7 @@ use tts_model::{BackendError, Fp8Scope, Model};
 use crate::codec::{CodecPrecision, DevCodec};
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
+use crate::lane::CpLane;
 use crate::linear::Linear;
 use crate::persistent::{Persistent, Prefetch};
 use crate::prefill_plan::{pass_plan, passes, repeated_slot, token_bucket, PrefillJob};
@@ -26,7 +27,7 @@ use crate::prefix::{CacheShape, PrefixCache};
 use crate::routing::{autotune, TunedShape};
 use crate::talker::{prefill, step, talker_kv, write_prefill_inputs, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
-use crate::workspace::{Limits, Workspace};
+use crate::workspace::{InputLayout, Limits, Workspace};
 
 /// Options of the CUDA backend.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +90,10 @@ pub struct CudaOptions {
     /// reads the 8-bit codes where `routing::fp8_gemv` measured it faster, every other
     /// call a bf16 copy of the same values. None by default: the stored weights.
     pub fp8: Fp8Scope,
+    /// A second stream for the code predictor (`lane::CpLane`), so a code-predictor call
+    /// and a talker step of other slots run side by side (`predict_and_step`). Not with
+    /// the persistent code predictor.
+    pub side_by_side: bool,
 }
 
 impl Default for CudaOptions {
@@ -113,6 +118,7 @@ impl Default for CudaOptions {
             talker_prefetch: Prefetch::TALKER,
             fp8: Fp8Scope::None,
             batched_prefill: true,
+            side_by_side: true,
         }
     }
 }
@@ -165,6 +171,25 @@ fn tuning_layers<'a>(t: &'a DevTalker, cp: &'a DevCodePredictor) -> Vec<&'a Line
     v
 }
 
+/// The packed per-row inputs of a `b`-row bucket: (slot, position, text token) per row,
+/// padding rows after them.
+fn pack_inputs(lay: &InputLayout, pad: i32, rows: &[(SlotId, i32, i32)], b: usize) -> Vec<i32> {
+    let mut v = vec![-1i32; lay.total];
+    for r in 0..b {
+        v[lay.step_pos + r] = 0;
+        v[lay.text_ids + r] = pad;
+    }
+    for (r, &(slot, pos, text)) in rows.iter().enumerate() {
+        v[lay.row_slots + r] = slot.0 as i32;
+        v[lay.step_pos + r] = pos;
+        v[lay.text_ids + r] = text;
+        v[lay.cp_rows1 + r] = r as i32;
+        v[lay.cp_rows2 + 2 * r] = r as i32;
+        v[lay.cp_rows2 + 2 * r + 1] = r as i32;
+    }
+    v
+}
+
 /// The GPU implementation of [`Backend`].
 pub struct CudaBackend {
     gpu: Gpu,
@@ -174,6 +199,8 @@ pub struct CudaBackend {
     /// The persistent code-predictor loop and talker layers, for small buckets.
     cp_loop: Option<Persistent>,
     talker_layers: Option<Persistent>,
+    /// The code predictor's second stream (`CudaOptions::side_by_side`).
+    lane: Option<CpLane>,
     codec: Codec,
     rules: SampleRules,
     info: BackendInfo,
@@ -290,6 +317,18 @@ impl CudaBackend {
                 HashMap::new(),
             )
         };
+        let lane = if opts.side_by_side && cp_loop.is_none() {
+            Some(CpLane::new(
+                opts.device,
+                gpu.pdl,
+                &model.config,
+                opts.limits,
+                &ws.scratch.paths,
+                opts.graphs,
+            )?)
+        } else {
+            None
+        };
         gpu.sync()?;
         tracing::info!(
             secs = t0.elapsed().as_secs_f64(),
@@ -330,6 +369,7 @@ impl CudaBackend {
             info,
             cp_loop,
             talker_layers,
+            lane,
             slots: (0..opts.limits.max_slots).map(|_| None).collect(),
             graphs: HashMap::new(),
             prefix,
@@ -375,6 +415,10 @@ impl CudaBackend {
         while b <= self.opts.limits.max_batch {
             for kind in [GraphKind::TalkerStep, GraphKind::CodePredictor] {
                 self.graph(kind, b)?;
+            }
+            let state = self.ws.slot_buffers();
+            if let Some(lane) = &mut self.lane {
+                lane.prepare(&self.talker, &self.cp, state, b)?;
             }
             b *= 2;
         }
@@ -508,6 +552,7 @@ impl CudaBackend {
                 &self.talker,
                 &self.cp,
                 &self.ws,
+                self.ws.slot_buffers(),
                 b,
                 self.cp_loop.as_ref(),
             ),
@@ -550,21 +595,7 @@ impl CudaBackend {
 
     /// Writes the packed per-row inputs of a `b`-row bucket.
     fn write_inputs(&mut self, rows: &[(SlotId, i32, i32)], b: usize) -> Result<(), CudaError> {
-        let lay = &self.ws.layout;
-        let pad = self.info.tts_pad_token_id as i32;
-        let mut v = vec![-1i32; lay.total];
-        for r in 0..b {
-            v[lay.step_pos + r] = 0;
-            v[lay.text_ids + r] = pad;
-        }
-        for (r, &(slot, pos, text)) in rows.iter().enumerate() {
-            v[lay.row_slots + r] = slot.0 as i32;
-            v[lay.step_pos + r] = pos;
-            v[lay.text_ids + r] = text;
-            v[lay.cp_rows1 + r] = r as i32;
-            v[lay.cp_rows2 + 2 * r] = r as i32;
-            v[lay.cp_rows2 + 2 * r + 1] = r as i32;
-        }
+        let v = pack_inputs(&self.ws.layout, self.info.tts_pad_token_id as i32, rows, b);
         self.gpu.write(&mut self.ws.inputs, &v)
     }
 
@@ -659,6 +690,125 @@ impl CudaBackend {
     /// prefill or step; code predictor: its last head). For parity tests.
     pub fn debug_logits(&self, rows: usize, width: usize) -> Result<Vec<f32>, CudaError> {
         self.gpu.read(&self.ws.logits, rows * width)
+    }
+
+    /// Every slot of a code-predictor call holds a code 0 that is not EOS.
+    fn check_predict(&mut self, slots: &[SlotId]) -> Result<(), BackendError> {
+        self.check_batch(slots.len())?;
+        let eos = self.info.codec_eos;
+        for &id in slots {
+            match self.slot(id)?.stage {
+                Stage::Code0(c) if c != eos => {}
+                _ => {
+                    return Err(BackendError::SlotState {
+                        slot: id.0,
+                        message: "no pending code 0 to complete".into(),
+                    })
+                }
+            }
+        }
+        if let Some(slot) = repeated_slot(&slots.iter().map(|s| s.0).collect::<Vec<_>>()) {
+            return Err(BackendError::SlotState {
+                slot,
+                message: "the same slot twice in one code-predictor call".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The frames read back (`[rows][16]`), and each slot's frame marked complete.
+    fn finish_predict(
+        &mut self,
+        slots: &[SlotId],
+        flat: &[i32],
+    ) -> Result<Vec<Frame>, BackendError> {
+        let mut frames = Vec::with_capacity(slots.len());
+        for (&id, chunk) in slots.iter().zip(flat.chunks(NUM_CODE_GROUPS)) {
+            let mut f = [0u32; NUM_CODE_GROUPS];
+            for (d, &c) in f.iter_mut().zip(chunk) {
+                *d = c as u32;
+            }
+            self.slot(id)?.stage = Stage::Frame;
+            frames.push(f);
+        }
+        Ok(frames)
+    }
+
+    /// Checks a talker step's rows: (slot, position, text token) of each.
+    fn check_step(&mut self, rows: &[StepRow]) -> Result<Vec<(SlotId, i32, i32)>, BackendError> {
+        self.check_batch(rows.len())?;
+        let cap = self.info.max_positions;
+        let text_vocab = self.text_vocab;
+        let mut packed = Vec::with_capacity(rows.len());
+        for r in rows {
+            if r.text_token as usize >= text_vocab {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: format!("text token {} out of range", r.text_token),
+                });
+            }
+            let st = self.slot(r.slot)?;
+            if st.stage != Stage::Frame {
+                return Err(BackendError::SlotState {
+                    slot: r.slot.0,
+                    message: "talker step before the code predictor completed the frame".into(),
+                });
+            }
+            if st.len + 1 > cap {
+                return Err(BackendError::ContextFull {
+                    slot: r.slot.0,
+                    capacity: cap,
+                });
+            }
+            packed.push((r.slot, st.len as i32, r.text_token as i32));
+        }
+        if let Some(slot) = repeated_slot(&rows.iter().map(|r| r.slot.0).collect::<Vec<_>>()) {
+            return Err(BackendError::SlotState {
+                slot,
+                message: "the same slot twice in one talker step".into(),
+            });
+        }
+        Ok(packed)
+    }
+
+    /// Each row's new position and code 0.
+    fn finish_step(&mut self, rows: &[StepRow], codes: &[i32]) -> Result<Vec<u32>, BackendError> {
+        for (r, &c) in rows.iter().zip(codes) {
+            let st = self.slot(r.slot)?;
+            st.len += 1;
+            st.stage = Stage::Code0(c as u32);
+        }
+        Ok(codes.iter().map(|&c| c as u32).collect())
+    }
+
+    /// Enqueues the code predictor for `cp` on the lane and the talker step for `packed`
+    /// on the main stream, then reads both back: the frames `[cp][16]` and the codes.
+    fn side_by_side(
+        &mut self,
+        cp: &[SlotId],
+        step: &[StepRow],
+        packed: &[(SlotId, i32, i32)],
+    ) -> Result<(Vec<i32>, Vec<i32>), CudaError> {
+        let (bc, bs) = (self.bucket(cp.len()), self.bucket(step.len()));
+        let state = self.ws.slot_buffers();
+        let pad = self.info.tts_pad_token_id as i32;
+        self.graph(GraphKind::TalkerStep, bs)?;
+        let Some(lane) = self.lane.as_mut() else {
+            return Err(CudaError::Unavailable("no code-predictor lane".into()));
+        };
+        lane.prepare(&self.talker, &self.cp, state, bc)?;
+        let rows: Vec<(SlotId, i32, i32)> = cp.iter().map(|&s| (s, 0, 0)).collect();
+        let v = pack_inputs(&lane.ws.layout, pad, &rows, bc);
+        lane.gpu.write(&mut lane.ws.inputs, &v)?;
+        lane.launch(&self.talker, &self.cp, state, bc)?;
+        self.write_inputs(packed, bs)?;
+        self.run(GraphKind::TalkerStep, bs)?;
+        let codes = self.gpu.read(&self.ws.codes, step.len())?;
+        let Some(lane) = self.lane.as_ref() else {
+            return Err(CudaError::Unavailable("no code-predictor lane".into()));
+        };
+        let flat = lane.gpu.read(&lane.ws.frames, cp.len() * NUM_CODE_GROUPS)?;
+        Ok((flat, codes))
     }
 
     fn check_batch(&self, n: usize) -> Result<(), BackendError> {
@@ -758,19 +908,7 @@ impl Backend for CudaBackend {
 
     fn predict_codes(&mut self, slots: &[SlotId]) -> Result<Vec<Frame>, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
-        self.check_batch(slots.len())?;
-        let eos = self.info.codec_eos;
-        for &id in slots {
-            match self.slot(id)?.stage {
-                Stage::Code0(c) if c != eos => {}
-                _ => {
-                    return Err(BackendError::SlotState {
-                        slot: id.0,
-                        message: "no pending code 0 to complete".into(),
-                    })
-                }
-            }
-        }
+        self.check_predict(slots)?;
         let b = self.bucket(slots.len());
         let rows: Vec<(SlotId, i32, i32)> = slots.iter().map(|&s| (s, 0, 0)).collect();
         // Capture first: capture writes padding inputs of its own.
@@ -780,56 +918,65 @@ impl Backend for CudaBackend {
         let flat = self
             .gpu
             .read(&self.ws.frames, slots.len() * NUM_CODE_GROUPS)?;
-        let mut frames = Vec::with_capacity(slots.len());
-        for (&id, chunk) in slots.iter().zip(flat.chunks(NUM_CODE_GROUPS)) {
-            let mut f = [0u32; NUM_CODE_GROUPS];
-            for (d, &c) in f.iter_mut().zip(chunk) {
-                *d = c as u32;
-            }
-            self.slot(id)?.stage = Stage::Frame;
-            frames.push(f);
-        }
-        Ok(frames)
+        self.finish_predict(slots, &flat)
     }
 
     fn talker_step(&mut self, rows: &[StepRow]) -> Result<Vec<u32>, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
-        self.check_batch(rows.len())?;
-        let cap = self.info.max_positions;
-        let mut packed = Vec::with_capacity(rows.len());
-        for r in rows {
-            if r.text_token as usize >= self.text_vocab {
-                return Err(BackendError::SlotState {
-                    slot: r.slot.0,
-                    message: format!("text token {} out of range", r.text_token),
-                });
-            }
-            let st = self.slot(r.slot)?;
-            if st.stage != Stage::Frame {
-                return Err(BackendError::SlotState {
-                    slot: r.slot.0,
-                    message: "talker step before the code predictor completed the frame".into(),
-                });
-            }
-            if st.len + 1 > cap {
-                return Err(BackendError::ContextFull {
-                    slot: r.slot.0,
-                    capacity: cap,
-                });
-            }
-            packed.push((r.slot, st.len as i32, r.text_token as i32));
-        }
+        let packed = self.check_step(rows)?;
         let b = self.bucket(rows.len());
         self.graph(GraphKind::TalkerStep, b)?;
         self.write_inputs(&packed, b)?;
         self.run(GraphKind::TalkerStep, b)?;
         let codes = self.gpu.read(&self.ws.codes, rows.len())?;
-        for (r, &c) in rows.iter().zip(&codes) {
-            let st = self.slot(r.slot)?;
-            st.len += 1;
-            st.stage = Stage::Code0(c as u32);
+        self.finish_step(rows, &codes)
+    }
+
+    fn runs_side_by_side(&self) -> bool {
+        self.lane.is_some()
+    }
+
+    /// The code predictor on the lane's stream and the talker step on the main one, both
+    /// in flight at once. Both parts are checked before either runs; a part that fails its
+    /// checks has its error as its result, and the other part runs alone.
+    fn predict_and_step(
+        &mut self,
+        cp: &[SlotId],
+        step: &[StepRow],
+    ) -> (
+        Result<Vec<Frame>, BackendError>,
+        Result<Vec<u32>, BackendError>,
+    ) {
+        if self.lane.is_none() || cp.is_empty() || step.is_empty() {
+            return (self.predict_codes(cp), self.talker_step(step));
         }
-        Ok(codes.into_iter().map(|c| c as u32).collect())
+        if let Err(e) = self.gpu.bind() {
+            let e = BackendError::from(e);
+            return (Err(e.clone()), Err(e));
+        }
+        if let Some(r) = step.iter().find(|r| cp.contains(&r.slot)) {
+            let e = BackendError::SlotState {
+                slot: r.slot.0,
+                message: "the same slot in the code predictor and the talker step".into(),
+            };
+            return (Err(e.clone()), Err(e));
+        }
+        let checked = (self.check_predict(cp), self.check_step(step));
+        let packed = match checked {
+            (Ok(()), Ok(packed)) => packed,
+            (Err(e), _) => return (Err(e), self.talker_step(step)),
+            (Ok(()), Err(e)) => return (self.predict_codes(cp), Err(e)),
+        };
+        match self.side_by_side(cp, step, &packed) {
+            Ok((flat, codes)) => (
+                self.finish_predict(cp, &flat),
+                self.finish_step(step, &codes),
+            ),
+            Err(e) => {
+                let e = BackendError::from(e);
+                (Err(e.clone()), Err(e))
+            }
+        }
     }
 
     fn codec_decode(&mut self, rows: &[CodecRow<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {

@@ -16,10 +16,12 @@ use crate::linear::{linear, Act, Rows};
 use crate::persistent::Persistent;
 use crate::stack::{run_layers, Attention, Kv, Tokens};
 use crate::weights::{DevCodePredictor, DevTalker};
-use crate::workspace::Workspace;
+use crate::workspace::{SlotBuffers, Workspace};
 
-/// Enqueues the 15-step loop for `b` rows. Reads `ws.inputs` (row slots, cp row maps);
-/// the completed frames land in `ws.frames[..b]` and in the slots' frames. With
+/// Enqueues the 15-step loop for `b` rows. Reads `ws.inputs` (row slots, cp row maps) and
+/// the slots' hidden states and parameters in `state` (`ws`'s own, or those of the
+/// backend's main workspace when `ws` is a lane's); the completed frames land in
+/// `ws.frames[..b]` and in the slots' frames. With
 /// `persistent` and at most its `max_rows()` rows the steps run as one persistent kernel,
 /// else launch by launch.
 pub fn predict(
@@ -27,6 +29,7 @@ pub fn predict(
     t: &DevTalker,
     cp: &DevCodePredictor,
     ws: &Workspace,
+    state: SlotBuffers,
     b: usize,
     persistent: Option<&Persistent>,
 ) -> Result<(), CudaError> {
@@ -35,8 +38,8 @@ pub fn predict(
     let lay = &ws.layout;
     let slots = ws.inputs.at(lay.row_slots);
     let (rows1, rows2) = (ws.inputs.at(lay.cp_rows1), ws.inputs.at(lay.cp_rows2));
-    kernels::gather_u32(gpu, ws.slot_hidden.ptr, th, th, slots, b, ws.cp_h.ptr, th)?;
-    ws.load_frames(gpu, slots, b)?;
+    kernels::gather_u32(gpu, state.hidden, th, th, slots, b, ws.cp_h.ptr, th)?;
+    ws.load_frames(gpu, state.frames, slots, b)?;
     // Step 0 inputs, interleaved rows [hidden_r, code0_r].
     let h_rows = Rows {
         ptr: ws.cp_h.ptr,
@@ -72,7 +75,7 @@ pub fn predict(
     )?;
     if let Some(lp) = persistent.filter(|p| b <= p.max_rows()) {
         lp.launch(gpu, b)?;
-        return ws.store_frames(gpu, slots, b);
+        return ws.store_frames(gpu, state.frames, slots, b);
     }
     let kv = Kv {
         k: ws.cp_k_cache.ptr,
@@ -145,7 +148,7 @@ pub fn predict(
                 Arg::I(head.n as i32),
                 Arg::I(b as i32),
                 Arg::P(slots),
-                Arg::P(ws.params.ptr),
+                Arg::P(state.params),
                 Arg::I(j as i32 + 1),
                 Arg::P(ws.frames.ptr),
                 // the next step's input, embedded by the sampler (saves a launch per step)
@@ -157,5 +160,5 @@ pub fn predict(
             ],
         )?;
     }
-    ws.store_frames(gpu, slots, b)
+    ws.store_frames(gpu, state.frames, slots, b)
 }

@@ -13,6 +13,7 @@ pub mod compile;
 pub mod device;
 pub mod error;
 pub mod kernels;
+pub mod lane;
 pub mod libs;
 pub mod linear;
 pub mod lt;

@@ -245,7 +245,7 @@ pub fn step(
         ws.inputs.at(lay.text_ids),
     );
     text_vectors(gpu, t, ws, text_ids, b, ws.last.ptr)?;
-    ws.load_frames(gpu, slots, b)?;
+    ws.load_frames(gpu, ws.slot_frames.ptr, slots, b)?;
     gpu.launch(
         "frame_embedding",
         (b as u32, 1, 1),

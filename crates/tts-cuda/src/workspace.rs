@@ -100,36 +100,51 @@ pub struct Workspace {
     pub kv_elem: usize,
 }
 
+/// Where the per-slot state lives: the workspace that owns it, also for work enqueued on
+/// another stream with a workspace of its own (`lane`).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotBuffers {
+    /// `[slot][talker hidden]` last hidden state.
+    pub hidden: u64,
+    /// `[slot][16]` the current frame's codes.
+    pub frames: u64,
+    /// `[slot][16]` sampler parameter words.
+    pub params: u64,
+}
+
 impl Workspace {
+    /// This workspace's per-slot state.
+    pub fn slot_buffers(&self) -> SlotBuffers {
+        SlotBuffers {
+            hidden: self.slot_hidden.ptr,
+            frames: self.slot_frames.ptr,
+            params: self.params.ptr,
+        }
+    }
+
     /// `frames[r] = slot_frames[slots[r]]` for the `b` rows of a bucket (`slots`: device
-    /// row-to-slot map, -1 for padding).
-    pub fn load_frames(&self, gpu: &Gpu, slots: u64, b: usize) -> Result<(), CudaError> {
+    /// row-to-slot map, -1 for padding; `slot_frames` from [`SlotBuffers::frames`]).
+    pub fn load_frames(
+        &self,
+        gpu: &Gpu,
+        slot_frames: u64,
+        slots: u64,
+        b: usize,
+    ) -> Result<(), CudaError> {
         let n = NUM_CODE_GROUPS;
-        kernels::gather_u32(
-            gpu,
-            self.slot_frames.ptr,
-            n,
-            n,
-            slots,
-            b,
-            self.frames.ptr,
-            n,
-        )
+        kernels::gather_u32(gpu, slot_frames, n, n, slots, b, self.frames.ptr, n)
     }
 
     /// `slot_frames[slots[r]] = frames[r]` for the `b` rows of a bucket.
-    pub fn store_frames(&self, gpu: &Gpu, slots: u64, b: usize) -> Result<(), CudaError> {
+    pub fn store_frames(
+        &self,
+        gpu: &Gpu,
+        slot_frames: u64,
+        slots: u64,
+        b: usize,
+    ) -> Result<(), CudaError> {
         let n = NUM_CODE_GROUPS;
-        kernels::scatter_u32(
-            gpu,
-            self.frames.ptr,
-            n,
-            n,
-            slots,
-            b,
-            self.slot_frames.ptr,
-            n,
-        )
+        kernels::scatter_u32(gpu, self.frames.ptr, n, n, slots, b, slot_frames, n)
     }
 
     pub fn new(gpu: &Gpu, cfg: &ModelConfig, limits: Limits) -> Result<Self, CudaError> {

@@ -499,6 +499,106 @@ fn gpu_sampling_is_seeded_and_batch_independent() {
     assert_eq!(frames, x, "batch companions changed a request's codes");
 }
 
+/// Two groups of requests half a frame apart: group A's code predictor runs beside group
+/// B's talker step and the other way round, `frames` times, through `predict_and_step`.
+/// Each group's frames.
+fn half_a_frame_apart(
+    gpu: &mut CudaBackend,
+    model: &Model,
+    prompts: &[tts_model::Prompt],
+    frames: usize,
+) -> (Vec<[u32; 16]>, Vec<[u32; 16]>) {
+    let slots: Vec<_> = (0..prompts.len())
+        .map(|i| {
+            gpu.alloc_slot(&model.default_sampling(20 + i as u64))
+                .unwrap()
+        })
+        .collect();
+    let rows: Vec<_> = slots
+        .iter()
+        .zip(prompts)
+        .map(|(&slot, prompt)| PrefillRow { slot, prompt })
+        .collect();
+    gpu.prefill(&rows).unwrap();
+    let (a, b) = slots.split_at(slots.len() / 2);
+    let pad = gpu.info().tts_pad_token_id;
+    let steps = |s: &[tts_model::SlotId]| -> Vec<StepRow> {
+        s.iter()
+            .map(|&slot| StepRow {
+                slot,
+                text_token: pad,
+            })
+            .collect()
+    };
+    let (mut fa, mut fb) = (Vec::new(), Vec::new());
+    fb.extend(gpu.predict_codes(b).unwrap());
+    for _ in 0..frames {
+        let (f, c) = gpu.predict_and_step(a, &steps(b));
+        fa.extend(f.unwrap());
+        assert_eq!(c.unwrap().len(), b.len());
+        let (f, c) = gpu.predict_and_step(b, &steps(a));
+        fb.extend(f.unwrap());
+        assert_eq!(c.unwrap().len(), a.len());
+    }
+    for s in slots {
+        gpu.free_slot(s);
+    }
+    (fa, fb)
+}
+
+/// The code predictor on its own stream beside a talker step of other slots
+/// (`CudaOptions::side_by_side`) computes what the two calls compute one after the other:
+/// identical sampled codes for 6 frames of two groups (2 and 3 rows), and a slot in both
+/// parts is refused without running either.
+#[test]
+fn side_by_side_stages_match_one_after_the_other() {
+    let test = "side_by_side_stages_match_one_after_the_other";
+    let model = Model::load("demo", LoadOptions::default()).unwrap();
+    let Some(mut lane) = gpu_backend(&model, test) else {
+        return;
+    };
+    assert!(lane.runs_side_by_side(), "{test}: no code-predictor lane");
+    let opts = CudaOptions {
+        side_by_side: false,
+        ..options(false)
+    };
+    let mut serial = open_backend(&model, test, opts).unwrap();
+    assert!(!serial.runs_side_by_side());
+    let prompts: Vec<_> = [
+        ("Side by side on the GPU.", "vivian"),
+        ("A second request in the first group.", "eric"),
+        ("The other group starts half a frame later.", "vivian"),
+        ("Its second row.", "aiden"),
+        ("And a third row, a little longer than the others.", "eric"),
+    ]
+    .iter()
+    .map(|(t, v)| {
+        model
+            .prompt(&request(t, Some(v), TextMode::Stream))
+            .unwrap()
+    })
+    .collect();
+    let got = half_a_frame_apart(&mut lane, &model, &prompts, 6);
+    let want = half_a_frame_apart(&mut serial, &model, &prompts, 6);
+    assert_eq!(first_mismatch(&got.0, &want.0), None, "{test}: group A");
+    assert_eq!(first_mismatch(&got.1, &want.1), None, "{test}: group B");
+    eprintln!("{test}: 2 + 3 rows x 6 frames identical");
+    // one slot in both parts: both refused, nothing changed
+    let p = &prompts[0];
+    let s = lane.alloc_slot(&model.default_sampling(1)).unwrap();
+    lane.prefill(&[PrefillRow { slot: s, prompt: p }]).unwrap();
+    let (f, c) = lane.predict_and_step(
+        &[s],
+        &[StepRow {
+            slot: s,
+            text_token: 0,
+        }],
+    );
+    assert!(f.is_err() && c.is_err(), "{test}: a slot in both parts ran");
+    assert_eq!(lane.predict_codes(&[s]).unwrap().len(), 1);
+    lane.free_slot(s);
+}
+
 /// `rows` requests prefilled together, then `frames` frames in lock step (code predictor,
 /// talker step); each row's frames, and the last code-predictor head's logits per frame.
 fn lock_step(

@@ -33,6 +33,9 @@ pub struct CoreSettings {
 pub struct StepRecord {
     pub stage: Stage,
     pub rows: Vec<RequestId>,
+    /// Rows of the other model stage run side by side with this one (code predictor with
+    /// talker step; empty when none ran).
+    pub partner_rows: Vec<RequestId>,
     pub reason: Reason,
     pub started: Duration,
     pub ended: Duration,
@@ -258,15 +261,29 @@ impl<C: Client> Core<C> {
             .collect()
     }
 
-    /// Plans and runs one stage; `None` when nothing can run.
+    /// Plans and runs one stage (with a backend that runs them side by side, a
+    /// code-predictor call and a talker step of other requests together); `None` when
+    /// nothing can run.
     pub fn step(&mut self) -> Option<StepRecord> {
         let started = self.now();
-        let plan = scheduler::plan(&self.views(), started, &self.settings.profile.policy)?;
+        let policy = &self.settings.profile.policy;
+        let views = self.views();
+        let plan = scheduler::plan(&views, started, policy)?;
+        let partner = if self.backend.runs_side_by_side() {
+            scheduler::partner(&plan, &views, policy)
+        } else {
+            None
+        };
         self.step_no += 1;
-        let failed = self.execute(&plan);
+        let failed = match &partner {
+            Some(p) => self.execute_pair(&plan, p),
+            None => self.execute(&plan),
+        };
         let ended = self.now();
+        let partner_rows = partner.map(|p| p.rows).unwrap_or_default();
         for i in 0..self.requests.len() {
-            if plan.rows.contains(&self.requests[i].id) {
+            let id = self.requests[i].id;
+            if plan.rows.contains(&id) || partner_rows.contains(&id) {
                 self.requests[i].last_served = self.step_no;
                 self.complete_if_done(i);
                 self.deliver(i, ended);
@@ -276,6 +293,7 @@ impl<C: Client> Core<C> {
         Some(StepRecord {
             stage: plan.stage,
             rows: plan.rows,
+            partner_rows,
             reason: plan.reason,
             started,
             ended,

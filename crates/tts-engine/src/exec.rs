@@ -4,7 +4,7 @@
 //! rows before changing any state); otherwise it fails every row of the call. The engine
 //! itself goes on either way.
 
-use tts_model::{BackendError, CodecRow, PrefillRow, SlotId, StepRow};
+use tts_model::{BackendError, CodecRow, Frame, PrefillRow, SlotId, StepRow};
 
 use crate::client::Client;
 use crate::core::Core;
@@ -16,11 +16,7 @@ use crate::scheduler::{Plan, Stage};
 impl<C: Client> Core<C> {
     /// Runs `plan`; returns the requests it failed.
     pub(crate) fn execute(&mut self, plan: &Plan) -> Vec<RequestId> {
-        let idx: Vec<usize> = plan
-            .rows
-            .iter()
-            .filter_map(|id| self.requests.iter().position(|r| r.id == *id))
-            .collect();
+        let idx = self.indices(plan);
         let span = tracing::debug_span!("stage", stage = plan.stage.name(), rows = idx.len());
         let _entered = span.enter();
         let t0 = self.now();
@@ -66,6 +62,10 @@ impl<C: Client> Core<C> {
     fn run_code_predictor(&mut self, idx: &[usize]) -> Result<(), BackendError> {
         let slots = self.slots(idx)?;
         let out = self.backend.predict_codes(&slots)?;
+        self.on_frames(idx, out)
+    }
+
+    fn on_frames(&mut self, idx: &[usize], out: Vec<Frame>) -> Result<(), BackendError> {
         check_rows(out.len(), idx.len())?;
         for (&i, frame) in idx.iter().zip(out) {
             self.requests[i].on_frame(frame);
@@ -74,8 +74,8 @@ impl<C: Client> Core<C> {
         Ok(())
     }
 
-    fn run_talker_step(&mut self, idx: &[usize]) -> Result<(), BackendError> {
-        let (eos, pad) = (self.info.codec_eos, self.info.tts_pad_token_id);
+    fn step_rows(&self, idx: &[usize]) -> Result<Vec<StepRow>, BackendError> {
+        let pad = self.info.tts_pad_token_id;
         let rows: Vec<StepRow> = idx
             .iter()
             .filter_map(|&i| {
@@ -87,12 +87,75 @@ impl<C: Client> Core<C> {
             })
             .collect();
         check_rows(rows.len(), idx.len())?;
+        Ok(rows)
+    }
+
+    fn run_talker_step(&mut self, idx: &[usize]) -> Result<(), BackendError> {
+        let rows = self.step_rows(idx)?;
         let out = self.backend.talker_step(&rows)?;
+        self.on_codes0(idx, out)
+    }
+
+    fn on_codes0(&mut self, idx: &[usize], out: Vec<u32>) -> Result<(), BackendError> {
+        let eos = self.info.codec_eos;
         check_rows(out.len(), idx.len())?;
         for (&i, code0) in idx.iter().zip(out) {
             self.requests[i].on_step(code0, eos);
         }
         Ok(())
+    }
+
+    /// Runs a code-predictor plan and a talker-step plan (other requests) as one backend
+    /// call, side by side on the device; each part's rows fail or advance on their own.
+    /// Both stages' duration metrics get the call's wall time. Returns the requests it
+    /// failed.
+    pub(crate) fn execute_pair(&mut self, a: &Plan, b: &Plan) -> Vec<RequestId> {
+        let (cp, st) = match (a.stage, b.stage) {
+            (Stage::CodePredictor, Stage::TalkerStep) => (a, b),
+            (Stage::TalkerStep, Stage::CodePredictor) => (b, a),
+            _ => {
+                let mut failed = self.execute(a);
+                failed.extend(self.execute(b));
+                return failed;
+            }
+        };
+        let cp_idx = self.indices(cp);
+        let st_idx = self.indices(st);
+        let span = tracing::debug_span!(
+            "stage",
+            stage = "code_predictor+talker_step",
+            rows = cp_idx.len() + st_idx.len()
+        );
+        let _entered = span.enter();
+        let t0 = self.now();
+        let (frames, codes) = match (self.slots(&cp_idx), self.step_rows(&st_idx)) {
+            (Ok(slots), Ok(rows)) => self.backend.predict_and_step(&slots, &rows),
+            (slots, rows) => (
+                slots.and_then(|s| self.backend.predict_codes(&s)),
+                rows.and_then(|r| self.backend.talker_step(&r)),
+            ),
+        };
+        let took = self.now().saturating_sub(t0);
+        metrics::stage(Stage::CodePredictor, cp_idx.len(), took);
+        metrics::stage(Stage::TalkerStep, st_idx.len(), took);
+        metrics::side_by_side();
+        tracing::trace!(cp_rows = cp_idx.len(), step_rows = st_idx.len(), reason = ?a.reason, took = ?took, "side-by-side step");
+        let mut failed = Vec::new();
+        if let Err(e) = frames.and_then(|f| self.on_frames(&cp_idx, f)) {
+            failed.extend(self.fail_rows(Stage::CodePredictor, &cp_idx, e));
+        }
+        if let Err(e) = codes.and_then(|c| self.on_codes0(&st_idx, c)) {
+            failed.extend(self.fail_rows(Stage::TalkerStep, &st_idx, e));
+        }
+        failed
+    }
+
+    /// Indices of a plan's rows among the requests.
+    fn indices(&self, plan: &Plan) -> Vec<usize> {
+        plan.rows
+            .iter()
+            .filter_map(|id| self.requests.iter().position(|r| r.id == *id))
+            .collect()
     }
 
     fn run_codec(&mut self, idx: &[usize]) -> Result<(), BackendError> {

@@ -18,6 +18,7 @@ pub const REQUESTS_ADMITTED: &str = "tts_requests_admitted_total";
 pub const REQUESTS_COMPLETED: &str = "tts_requests_completed_total";
 pub const REQUESTS_CANCELLED: &str = "tts_requests_cancelled_total";
 pub const REQUESTS_FAILED: &str = "tts_requests_failed_total";
+pub const SIDE_BY_SIDE: &str = "tts_side_by_side_calls_total";
 
 /// Registers descriptions and units of the engine's metrics with the installed recorder.
 pub fn describe() {
@@ -67,6 +68,11 @@ pub fn describe() {
         "Requests cancelled or abandoned."
     );
     describe_counter!(REQUESTS_FAILED, Unit::Count, "Requests failed.");
+    describe_counter!(
+        SIDE_BY_SIDE,
+        Unit::Count,
+        "Backend calls that ran a code-predictor batch and a talker step side by side (both stages' duration histograms count each such call's wall time)."
+    );
 }
 
 pub(crate) fn admitted(queue_wait: Duration) {
@@ -107,6 +113,10 @@ impl GaugeShare {
     pub(crate) fn queue_depth(&mut self, n: usize) {
         self.report(QUEUE_DEPTH, n);
     }
+}
+
+pub(crate) fn side_by_side() {
+    metrics::counter!(SIDE_BY_SIDE).increment(1);
 }
 
 pub(crate) fn frames(n: usize) {

@@ -201,6 +201,40 @@ pub fn plan(views: &[RequestView], now: Duration, policy: &Policy) -> Option<Pla
     })
 }
 
+/// For a backend that runs the code predictor and the talker step side by side: the other
+/// of the two stages for every request ready for it and not in `plan` (those without audio
+/// yet first, then by deadline, then longest unserved), up to the stage's row limit. `None`
+/// when `plan` is another stage or no request is ready.
+pub fn partner(plan: &Plan, views: &[RequestView], policy: &Policy) -> Option<Plan> {
+    let stage = match plan.stage {
+        Stage::CodePredictor => Stage::TalkerStep,
+        Stage::TalkerStep => Stage::CodePredictor,
+        Stage::Prefill | Stage::Codec => return None,
+    };
+    let mut rows: Vec<&RequestView> = views
+        .iter()
+        .filter(|v| v.ready.has(stage) && !plan.rows.contains(&v.id))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    rows.sort_by_key(|v| {
+        (
+            v.first_audio,
+            v.deadline.is_none(),
+            v.deadline,
+            v.last_served,
+            v.order,
+        )
+    });
+    rows.truncate(policy.stage_max_rows(stage));
+    Some(Plan {
+        stage,
+        rows: rows.into_iter().map(|v| v.id).collect(),
+        reason: plan.reason,
+    })
+}
+
 /// The rows' ids, in order; for the codec, only as many rows as
 /// [`Policy::codec_max_frames`] holds (each counted with at most that many frames, as the
 /// engine decodes no more per call), and always the first.

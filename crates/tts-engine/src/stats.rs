@@ -385,6 +385,7 @@ mod tests {
         let step = |stage, rows: u64, reason, start: u64, end: u64| StepRecord {
             stage,
             rows: (0..rows).map(RequestId).collect(),
+            partner_rows: Vec::new(),
             reason,
             started: ms(start),
             ended: ms(end),

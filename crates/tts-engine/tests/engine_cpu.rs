@@ -177,6 +177,105 @@ fn streamed_audio_equals_synthesize_whatever_the_batch_composition() {
     }
 }
 
+/// The CPU backend, claiming to run the code predictor and the talker step side by side:
+/// the engine then pairs them; counts the calls that had both parts.
+struct Paired {
+    inner: CpuBackend,
+    pairs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl tts_model::Backend for Paired {
+    fn info(&self) -> &tts_model::BackendInfo {
+        self.inner.info()
+    }
+    fn alloc_slot(
+        &mut self,
+        p: &tts_model::SamplingParams,
+    ) -> Result<tts_model::SlotId, tts_model::BackendError> {
+        self.inner.alloc_slot(p)
+    }
+    fn free_slot(&mut self, slot: tts_model::SlotId) {
+        self.inner.free_slot(slot)
+    }
+    fn prefill(
+        &mut self,
+        rows: &[tts_model::PrefillRow<'_>],
+    ) -> Result<Vec<u32>, tts_model::BackendError> {
+        self.inner.prefill(rows)
+    }
+    fn predict_codes(
+        &mut self,
+        slots: &[tts_model::SlotId],
+    ) -> Result<Vec<tts_model::Frame>, tts_model::BackendError> {
+        self.inner.predict_codes(slots)
+    }
+    fn talker_step(
+        &mut self,
+        rows: &[tts_model::StepRow],
+    ) -> Result<Vec<u32>, tts_model::BackendError> {
+        self.inner.talker_step(rows)
+    }
+    fn codec_decode(
+        &mut self,
+        rows: &[tts_model::CodecRow<'_>],
+    ) -> Result<Vec<Vec<f32>>, tts_model::BackendError> {
+        self.inner.codec_decode(rows)
+    }
+    fn runs_side_by_side(&self) -> bool {
+        true
+    }
+    #[allow(clippy::type_complexity)]
+    fn predict_and_step(
+        &mut self,
+        cp: &[tts_model::SlotId],
+        step: &[tts_model::StepRow],
+    ) -> (
+        Result<Vec<tts_model::Frame>, tts_model::BackendError>,
+        Result<Vec<u32>, tts_model::BackendError>,
+    ) {
+        assert!(
+            step.iter().all(|r| !cp.contains(&r.slot)),
+            "a slot in both parts"
+        );
+        if !cp.is_empty() && !step.is_empty() {
+            self.pairs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        (self.inner.predict_codes(cp), self.inner.talker_step(step))
+    }
+}
+
+#[test]
+fn side_by_side_stages_change_nothing_but_the_schedule() {
+    let model = demo();
+    let config = EngineConfig::default();
+    let pairs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let backend = Box::new(Paired {
+        inner: CpuBackend::new(&model, 4).unwrap(),
+        pairs: pairs.clone(),
+    });
+    let engine = EngineHandle::start(model.clone(), backend, config.clone()).unwrap();
+    assert_eq!(engine.wait_ready(Duration::from_secs(60)), Ok(true));
+    let mut readers = Vec::new();
+    for (i, &(text, voice, mode, seed, max)) in TEXTS.iter().enumerate() {
+        let req = request(&model, speech(text, voice, mode), seed, max);
+        let want = reference(&model, &req, &config);
+        let handle = engine.submit(req).unwrap();
+        readers.push(thread::spawn(move || (i, want, collect(handle))));
+        thread::sleep(Duration::from_millis(3 * i as u64));
+    }
+    for r in readers {
+        let (i, want, (got, end)) = r.join().unwrap();
+        end.unwrap();
+        assert!(!want.is_empty(), "reference {i} has audio");
+        assert!(got == want, "request {i} differs from synthesize");
+    }
+    engine.shutdown(Duration::from_secs(5));
+    engine.join();
+    // requests in different phases met: some calls ran both stages
+    assert!(pairs.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
+
 #[test]
 fn streamed_text_input_equals_synthesize_of_the_whole_text() {
     let model = demo();

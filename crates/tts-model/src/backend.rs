@@ -91,6 +91,27 @@ pub trait Backend: Send {
     /// code 0 of the next frame.
     fn talker_step(&mut self, rows: &[StepRow]) -> Result<Vec<u32>, BackendError>;
 
+    /// Whether [`predict_and_step`](Self::predict_and_step) runs its two parts side by side
+    /// on the device (else it runs them one after the other, and the engine gains nothing
+    /// from pairing them).
+    fn runs_side_by_side(&self) -> bool {
+        false
+    }
+
+    /// [`predict_codes`](Self::predict_codes) for `cp` and [`talker_step`](Self::talker_step)
+    /// for `step` (other slots) as one call, each part with its own result: a part that
+    /// fails leaves its rows as they were, whatever the other part did.
+    fn predict_and_step(
+        &mut self,
+        cp: &[SlotId],
+        step: &[StepRow],
+    ) -> (
+        Result<Vec<Frame>, BackendError>,
+        Result<Vec<u32>, BackendError>,
+    ) {
+        (self.predict_codes(cp), self.talker_step(step))
+    }
+
     /// Appends frames to each slot's codec stream and returns their PCM
     /// (`frames.len() * samples_per_frame` samples per row, in [-1, 1]).
     fn codec_decode(&mut self, rows: &[CodecRow<'_>]) -> Result<Vec<Vec<f32>>, BackendError>;

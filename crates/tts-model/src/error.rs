@@ -72,7 +72,7 @@ pub enum RequestError {
 }
 
 /// A failure inside a backend call. The engine fails the affected requests with it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum BackendError {
     #[error("no free slot (capacity {capacity})")]
     NoFreeSlot { capacity: usize },

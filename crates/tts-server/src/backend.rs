@@ -107,6 +107,8 @@ pub fn create_cuda(
         fp8: fp8_knob()?,
         // the prompts of one prefill call in one pass (on; 0: one pass per prompt)
         batched_prefill: on_unless_zero("QWEN3_TTS_BATCHED_PREFILL"),
+        // the code predictor on a second stream beside talker steps (on; 0: one stream)
+        side_by_side: on_unless_zero("QWEN3_TTS_SIDE_BY_SIDE"),
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
