@@ -91,8 +91,9 @@ pub struct CudaOptions {
     /// call a bf16 copy of the same values. None by default: the stored weights.
     pub fp8: Fp8Scope,
     /// A second stream for the code predictor (`lane::CpLane`), so a code-predictor call
-    /// and a talker step of other slots run side by side (`predict_and_step`). Not with
-    /// the persistent code predictor.
+    /// and a talker step of other slots run side by side (`predict_and_step`). Off by
+    /// default (the engine pairs them only when its policy says so); not with the
+    /// persistent code predictor.
     pub side_by_side: bool,
 }
 
@@ -118,7 +119,7 @@ impl Default for CudaOptions {
             talker_prefetch: Prefetch::TALKER,
             fp8: Fp8Scope::None,
             batched_prefill: true,
-            side_by_side: true,
+            side_by_side: false,
         }
     }
 }

@@ -554,15 +554,15 @@ fn half_a_frame_apart(
 fn side_by_side_stages_match_one_after_the_other() {
     let test = "side_by_side_stages_match_one_after_the_other";
     let model = Model::load("demo", LoadOptions::default()).unwrap();
-    let Some(mut lane) = gpu_backend(&model, test) else {
+    let opts = CudaOptions {
+        side_by_side: true,
+        ..options(false)
+    };
+    let Some(mut lane) = open_backend(&model, test, opts) else {
         return;
     };
     assert!(lane.runs_side_by_side(), "{test}: no code-predictor lane");
-    let opts = CudaOptions {
-        side_by_side: false,
-        ..options(false)
-    };
-    let mut serial = open_backend(&model, test, opts).unwrap();
+    let mut serial = gpu_backend(&model, test).unwrap();
     assert!(!serial.runs_side_by_side());
     let prompts: Vec<_> = [
         ("Side by side on the GPU.", "vivian"),

@@ -269,7 +269,7 @@ impl<C: Client> Core<C> {
         let policy = &self.settings.profile.policy;
         let views = self.views();
         let plan = scheduler::plan(&views, started, policy)?;
-        let partner = if self.backend.runs_side_by_side() {
+        let partner = if policy.side_by_side && self.backend.runs_side_by_side() {
             scheduler::partner(&plan, &views, policy)
         } else {
             None

@@ -49,6 +49,13 @@ pub struct Policy {
     /// load a GPU has time to spare, and a first-audio call is quicker without passengers
     /// (small batches cost ~0.15 ms more per row on the H200; large ones ~0.02 ms).
     pub max_fill_from: usize,
+    /// With a backend that can (`Backend::runs_side_by_side`), run every code-predictor
+    /// call together with a talker step of the other requests ready for it, and the other
+    /// way round. Off in every profile: on the H200 (balanced profile) it held 75 req/s
+    /// without underruns where one stage at a time held 65-70, but each paired call takes
+    /// longer than either alone, so audible TTFA p95 rose (65 req/s: 68.8 ms against
+    /// 44.1; `bench/results/2026-12-02-h200-side-by-side`).
+    pub side_by_side: bool,
 }
 
 impl Policy {
@@ -175,6 +182,7 @@ impl Profile {
                 codec_fill: fill,
                 codec_max_frames: usize::MAX,
                 max_fill_from,
+                side_by_side: false,
             },
             chunks: ChunkSchedule::clamped(chunks),
         }

@@ -320,6 +320,7 @@ mod tests {
             codec_fill: Fill::Bucket,
             codec_max_frames: 1_000,
             max_fill_from: 0,
+            side_by_side: false,
         }
     }
 

@@ -248,7 +248,8 @@ impl tts_model::Backend for Paired {
 #[test]
 fn side_by_side_stages_change_nothing_but_the_schedule() {
     let model = demo();
-    let config = EngineConfig::default();
+    let mut config = EngineConfig::default();
+    config.profile.policy.side_by_side = true;
     let pairs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let backend = Box::new(Paired {
         inner: CpuBackend::new(&model, 4).unwrap(),

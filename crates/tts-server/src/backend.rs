@@ -35,6 +35,9 @@ pub struct BackendSize {
     pub max_slots: usize,
     pub max_batch: usize,
     pub max_positions: usize,
+    /// A second stream for the code predictor, so it can run beside talker steps (CUDA;
+    /// `Policy::side_by_side`).
+    pub code_predictor_lane: bool,
 }
 
 impl Default for BackendSize {
@@ -43,6 +46,7 @@ impl Default for BackendSize {
             max_slots: 64,
             max_batch: 64,
             max_positions: 2048,
+            code_predictor_lane: false,
         }
     }
 }
@@ -107,8 +111,7 @@ pub fn create_cuda(
         fp8: fp8_knob()?,
         // the prompts of one prefill call in one pass (on; 0: one pass per prompt)
         batched_prefill: on_unless_zero("QWEN3_TTS_BATCHED_PREFILL"),
-        // the code predictor on a second stream beside talker steps (on; 0: one stream)
-        side_by_side: on_unless_zero("QWEN3_TTS_SIDE_BY_SIDE"),
+        side_by_side: size.code_predictor_lane,
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")

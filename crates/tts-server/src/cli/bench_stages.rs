@@ -61,6 +61,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         max_slots: max_batch,
         max_batch,
         max_positions: 512,
+        code_predictor_lane: false,
     };
     let mut b = create_cuda(&model, a.cuda_device, size)?;
     let mut tuning_json = Vec::new();

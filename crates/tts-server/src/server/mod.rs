@@ -131,6 +131,7 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
     let size = BackendSize {
         max_slots: slots,
         max_batch: slots.next_power_of_two().min(64),
+        code_predictor_lane: config.profile.policy.side_by_side,
         ..BackendSize::default()
     };
     // every backend first: a device that cannot hold them all fails before any engine runs
