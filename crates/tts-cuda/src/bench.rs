@@ -90,6 +90,14 @@ pub(crate) fn prepare(
     Ok(slots)
 }
 
+/// One codec row per slot, each decoding `frames`.
+pub(crate) fn codec_rows<'a>(slots: &[SlotId], frames: &'a [[u32; 16]]) -> Vec<CodecRow<'a>> {
+    slots
+        .iter()
+        .map(|&slot| CodecRow { slot, frames })
+        .collect()
+}
+
 /// One talker-step row per slot, each fed the pad text token.
 pub(crate) fn pad_steps(b: &CudaBackend, slots: &[SlotId]) -> Vec<StepRow> {
     let pad = b.info().tts_pad_token_id;
@@ -189,13 +197,7 @@ pub fn bench_stages(
             continue;
         }
         let frames = vec![[1u32; 16]; codec_frames];
-        let rows: Vec<CodecRow<'_>> = slots
-            .iter()
-            .map(|&slot| CodecRow {
-                slot,
-                frames: &frames,
-            })
-            .collect();
+        let rows = codec_rows(&slots, &frames);
         b.codec_decode(&rows)?;
         let reps = iters.clamp(1, 20);
         let t = Instant::now();

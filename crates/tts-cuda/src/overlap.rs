@@ -8,11 +8,11 @@ use std::str::FromStr;
 use std::sync::Barrier;
 use std::time::Instant;
 
-use tts_model::backend::{Backend, CodecRow, PrefillRow, SlotId};
+use tts_model::backend::{Backend, PrefillRow, SlotId};
 use tts_model::{Model, SpeechRequest, TextMode};
 
 use crate::backend::CudaBackend;
-use crate::bench::{pad_steps, prepare};
+use crate::bench::{codec_rows, pad_steps, prepare};
 use crate::error::CudaError;
 
 /// One stage call, as `prefill`, `cp<rows>`, `talker<rows>` or `codec<rows>`.
@@ -156,15 +156,7 @@ fn ready(
         Work::Codec(n) => {
             r.slots = prepare(b, model, n, 0)?;
             let frames = vec![[1u32; 16]; codec_frames];
-            let rows: Vec<CodecRow<'_>> = r
-                .slots
-                .iter()
-                .map(|&slot| CodecRow {
-                    slot,
-                    frames: &frames,
-                })
-                .collect();
-            b.codec_decode(&rows)?;
+            b.codec_decode(&codec_rows(&r.slots, &frames))?;
         }
     }
     // once more, untimed (first launches, prefix cache)

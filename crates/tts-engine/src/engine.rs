@@ -96,7 +96,7 @@ impl EngineLoop {
             self.core.poll();
             while inbox_open && self.core.has_room() {
                 match self.inbox.try_recv() {
-                    Ok(job) => self.core.admit(job),
+                    Ok(job) => self.admit(job),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => inbox_open = false,
                 }
@@ -123,13 +123,25 @@ impl EngineLoop {
             }
             let inbox = (inbox_open && self.core.has_room()).then_some(&self.inbox);
             match wait(inbox, &self.wake, deadline) {
-                Woken::Job(job) => self.core.admit(*job),
+                Woken::Job(job) => self.admit(*job),
                 Woken::Wake | Woken::Deadline => {}
                 Woken::InboxClosed => inbox_open = false,
                 // Every handle is gone: nobody can send text, read audio or wake us.
                 Woken::WakeClosed => return,
             }
         }
+    }
+
+    /// Admits a job and counts it in the load others read (`EngineHandle::load`). It is
+    /// counted before admission, since its `Started` event may reach the client, who may
+    /// then submit again (to the least loaded engine of a pool), before anything else here
+    /// runs.
+    fn admit(&mut self, job: Job<ChannelClient>) {
+        self.shared.active.fetch_add(1, Ordering::Relaxed);
+        self.core.admit(job);
+        self.shared
+            .active
+            .store(self.core.active(), Ordering::Relaxed);
     }
 
     /// Fails whatever is left and marks the engine stopped.

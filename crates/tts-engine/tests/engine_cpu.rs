@@ -122,6 +122,35 @@ const TEXTS: &[(&str, &str, TextMode, u64, Option<usize>)] = &[
     ),
 ];
 
+/// Submits every `TEXTS` request, staggered so they join batches at different points,
+/// and checks each stream against `synthesize` (then the same trimming) and its usage.
+fn every_text_equals_synthesize(
+    engine: &EngineHandle,
+    model: &Arc<Model>,
+    config: &EngineConfig,
+    name: &str,
+) {
+    let mut readers = Vec::new();
+    for (i, &(text, voice, mode, seed, max)) in TEXTS.iter().enumerate() {
+        let req = request(model, speech(text, voice, mode), seed, max);
+        let want = reference(model, &req, config);
+        let handle = engine.submit(req).unwrap();
+        readers.push(thread::spawn(move || (i, want, collect(handle))));
+        thread::sleep(Duration::from_millis(3 * i as u64));
+    }
+    for r in readers {
+        let (i, want, (got, end)) = r.join().unwrap();
+        let usage = end.unwrap();
+        assert!(!want.is_empty(), "{name}: reference {i} has audio");
+        assert_eq!(got.len(), want.len(), "{name}: request {i} length");
+        assert!(got == want, "{name}: request {i} differs from synthesize");
+        assert!((usage.audio_seconds - want.len() as f64 / 24_000.0).abs() < 1e-9);
+        if let Some(n) = TEXTS[i].4 {
+            assert_eq!(usage.frames, n);
+        }
+    }
+}
+
 #[test]
 fn streamed_audio_equals_synthesize_whatever_the_batch_composition() {
     let model = demo();
@@ -152,26 +181,7 @@ fn streamed_audio_equals_synthesize_whatever_the_batch_composition() {
     ];
     for (name, config, slots) in configs {
         let engine = start(&model, slots, config.clone());
-        let mut readers = Vec::new();
-        for (i, &(text, voice, mode, seed, max)) in TEXTS.iter().enumerate() {
-            let req = request(&model, speech(text, voice, mode), seed, max);
-            let want = reference(&model, &req, &config);
-            let handle = engine.submit(req).unwrap();
-            readers.push(thread::spawn(move || (i, want, collect(handle))));
-            // Stagger arrivals so requests join batches at different points.
-            thread::sleep(Duration::from_millis(3 * i as u64));
-        }
-        for r in readers {
-            let (i, want, (got, end)) = r.join().unwrap();
-            let usage = end.unwrap();
-            assert!(!want.is_empty(), "{name}: reference {i} has audio");
-            assert_eq!(got.len(), want.len(), "{name}: request {i} length");
-            assert!(got == want, "{name}: request {i} differs from synthesize");
-            assert!((usage.audio_seconds - want.len() as f64 / 24_000.0).abs() < 1e-9);
-            if let Some(n) = TEXTS[i].4 {
-                assert_eq!(usage.frames, n);
-            }
-        }
+        every_text_equals_synthesize(&engine, &model, &config, name);
         engine.shutdown(Duration::from_secs(5));
         engine.join();
     }
@@ -257,20 +267,7 @@ fn side_by_side_stages_change_nothing_but_the_schedule() {
     });
     let engine = EngineHandle::start(model.clone(), backend, config.clone()).unwrap();
     assert_eq!(engine.wait_ready(Duration::from_secs(60)), Ok(true));
-    let mut readers = Vec::new();
-    for (i, &(text, voice, mode, seed, max)) in TEXTS.iter().enumerate() {
-        let req = request(&model, speech(text, voice, mode), seed, max);
-        let want = reference(&model, &req, &config);
-        let handle = engine.submit(req).unwrap();
-        readers.push(thread::spawn(move || (i, want, collect(handle))));
-        thread::sleep(Duration::from_millis(3 * i as u64));
-    }
-    for r in readers {
-        let (i, want, (got, end)) = r.join().unwrap();
-        end.unwrap();
-        assert!(!want.is_empty(), "reference {i} has audio");
-        assert!(got == want, "request {i} differs from synthesize");
-    }
+    every_text_equals_synthesize(&engine, &model, &config, "side by side");
     engine.shutdown(Duration::from_secs(5));
     engine.join();
     // requests in different phases met: some calls ran both stages
