@@ -367,6 +367,42 @@ mod tests {
     }
 
     #[test]
+    fn a_partner_takes_the_other_model_stage_first_audio_first() {
+        let views = [
+            view(1, CODES, true, Some(100)),
+            view(2, STEP, true, Some(50)),
+            view(3, STEP, false, None),
+            view(4, CODES, true, Some(10)),
+            view(5, PREFILL, false, None),
+        ];
+        let plan = Plan {
+            stage: Stage::CodePredictor,
+            rows: vec![RequestId(1)],
+            reason: Reason::RoundRobin,
+        };
+        let p = partner(&plan, &views, &bucket_policy()).unwrap();
+        assert_eq!(p.stage, Stage::TalkerStep);
+        // the request without audio first, then by deadline
+        assert_eq!(ids(&p), vec![3, 2]);
+        let back = partner(&p, &views, &bucket_policy()).unwrap();
+        assert_eq!(back.stage, Stage::CodePredictor);
+        assert_eq!(
+            ids(&back),
+            vec![4, 1],
+            "rows of the plan itself are not taken"
+        );
+        for stage in [Stage::Prefill, Stage::Codec] {
+            let other = Plan {
+                stage,
+                ..plan.clone()
+            };
+            assert_eq!(partner(&other, &views, &bucket_policy()), None);
+        }
+        let lone = [view(1, CODES, true, None)];
+        assert_eq!(partner(&plan, &lone, &bucket_policy()), None);
+    }
+
+    #[test]
     fn nothing_ready_means_no_plan() {
         let policy = bucket_policy();
         assert_eq!(plan(&[], ms(0), &policy), None);
