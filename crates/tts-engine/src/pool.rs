@@ -55,9 +55,10 @@ impl EnginePool {
         &self.engines
     }
 
-    /// Every engine warmed up and accepting work.
+    /// Some engine warmed up and accepting work (requests go to ready engines first, so
+    /// one that stopped or still warms up does not hold the others back).
     pub fn is_ready(&self) -> bool {
-        self.engines.iter().all(EngineHandle::is_ready)
+        self.engines.iter().any(EngineHandle::is_ready)
     }
 
     /// Blocks until every engine has warmed up (or `timeout`); `Err` carries the first
@@ -92,20 +93,20 @@ impl EnginePool {
         self.engines.iter().all(EngineHandle::is_stopped)
     }
 
-    /// Engines from the least loaded (requests queued + active, per slot it has) to the
-    /// most; ties keep their order.
+    /// Ready engines before the others, each group from the least loaded (requests queued
+    /// + active, per slot it has) to the most; ties keep their order.
     fn by_load(&self) -> Vec<&EngineHandle> {
-        let mut v: Vec<(f64, &EngineHandle)> = self
+        let mut v: Vec<(bool, f64, &EngineHandle)> = self
             .engines
             .iter()
             .map(|e| {
                 let l = e.load();
                 let busy = (l.queued + l.active) as f64 / e.info().max_active.max(1) as f64;
-                (busy, e)
+                (!e.is_ready(), busy, e)
             })
             .collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        v.into_iter().map(|(_, e)| e).collect()
+        v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        v.into_iter().map(|(_, _, e)| e).collect()
     }
 
     /// Submits to the least loaded engine that takes the request: a full queue or a

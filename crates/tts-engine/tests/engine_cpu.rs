@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tts_engine::trim::trim_whole;
 use tts_engine::{
-    EngineConfig, EngineHandle, Event, Profile, RequestFailure, RequestHandle, SubmitError,
-    SynthesisRequest, Usage,
+    EngineConfig, EngineHandle, EnginePool, Event, Profile, RequestFailure, RequestHandle,
+    SubmitError, SynthesisRequest, Usage,
 };
 use tts_model::generate::{random_model_frames, synthesize};
 use tts_model::reference::CpuBackend;
@@ -272,6 +272,40 @@ fn side_by_side_stages_change_nothing_but_the_schedule() {
     engine.join();
     // requests in different phases met: some calls ran both stages
     assert!(pairs.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
+
+/// A pool of two engines goes on serving when one has stopped, refuses when both have,
+/// and adds up their slots and queues.
+#[test]
+fn a_pool_serves_from_the_engines_still_running() {
+    let model = demo();
+    let config = EngineConfig {
+        queue_capacity: 3,
+        ..EngineConfig::default()
+    };
+    let engines = vec![
+        start(&model, 1, config.clone()),
+        start(&model, 2, config.clone()),
+    ];
+    let pool = EnginePool::new(engines).unwrap();
+    assert_eq!(pool.info().max_active, 3);
+    assert_eq!(pool.info().queue_capacity, 6);
+    assert!(pool.is_ready());
+    let first = &pool.engines()[0];
+    first.shutdown(Duration::ZERO);
+    first.join();
+    assert!(pool.is_ready() && !pool.is_stopped());
+    let (text, voice, mode, seed, max) = TEXTS[0];
+    let req = request(&model, speech(text, voice, mode), seed, max);
+    let want = reference(&model, &req, &config);
+    let (got, end) = collect(pool.submit(req.clone()).unwrap());
+    end.unwrap();
+    assert!(got == want, "the request differs from synthesize");
+    let second = &pool.engines()[1];
+    second.shutdown(Duration::ZERO);
+    second.join();
+    assert!(!pool.is_ready() && pool.is_stopped());
+    assert!(matches!(pool.submit(req), Err(SubmitError::ShuttingDown)));
 }
 
 #[test]
