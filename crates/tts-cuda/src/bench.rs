@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use cudarc::driver::sys as dsys;
 use tts_model::backend::{Backend, CodecRow, PrefillRow, SlotId, StepRow};
-use tts_model::{Model, SpeechRequest, TextMode};
+use tts_model::{Model, Prompt, SpeechRequest, TextMode};
 
 use crate::backend::CudaBackend;
 use crate::error::CudaError;
@@ -53,6 +53,18 @@ pub fn stage_table(rows: &[StageTiming]) -> String {
     out
 }
 
+/// The benchmarks' prompt: one ~60-character English sentence in the model's first voice.
+pub(crate) fn bench_prompt(model: &Model, text_mode: TextMode) -> Result<Prompt, CudaError> {
+    let req = SpeechRequest {
+        text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
+        voice: model.voices().first().cloned(),
+        language: "english".into(),
+        text_mode,
+        ..Default::default()
+    };
+    Ok(model.prompt(&req)?)
+}
+
 /// Allocates and prefills `n` slots with a realistic prompt (streaming text mode, ~60
 /// characters), then runs `context` frames so attention sees a realistic history.
 pub(crate) fn prepare(
@@ -61,14 +73,7 @@ pub(crate) fn prepare(
     n: usize,
     context: usize,
 ) -> Result<Vec<SlotId>, CudaError> {
-    let req = SpeechRequest {
-        text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
-        voice: model.voices().first().cloned(),
-        language: "english".into(),
-        text_mode: TextMode::Stream,
-        ..Default::default()
-    };
-    let prompt = model.prompt(&req)?;
+    let prompt = bench_prompt(model, TextMode::Stream)?;
     let params = model.default_sampling(1);
     let mut slots = Vec::with_capacity(n);
     for _ in 0..n {
@@ -129,14 +134,7 @@ pub fn bench_stages(
         ("prefill", TextMode::Prefill),
         ("prefill_stream", TextMode::Stream),
     ] {
-        let req = SpeechRequest {
-            text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
-            voice: model.voices().first().cloned(),
-            language: "english".into(),
-            text_mode,
-            ..Default::default()
-        };
-        let prompt = model.prompt(&req)?;
+        let prompt = bench_prompt(model, text_mode)?;
         let params = model.default_sampling(1);
         let mut samples = Vec::new();
         for i in 0..iters.max(3) + 1 {

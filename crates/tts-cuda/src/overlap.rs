@@ -9,10 +9,10 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 use tts_model::backend::{Backend, PrefillRow, SlotId};
-use tts_model::{Model, SpeechRequest, TextMode};
+use tts_model::{Model, TextMode};
 
 use crate::backend::CudaBackend;
-use crate::bench::{codec_rows, pad_steps, prepare};
+use crate::bench::{bench_prompt, codec_rows, pad_steps, prepare};
 use crate::error::CudaError;
 
 /// One stage call, as `prefill`, `cp<rows>`, `talker<rows>` or `codec<rows>`.
@@ -133,14 +133,7 @@ fn ready(
     };
     match work {
         Work::Prefill => {
-            let req = SpeechRequest {
-                text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
-                voice: model.voices().first().cloned(),
-                language: "english".into(),
-                text_mode: TextMode::Stream,
-                ..Default::default()
-            };
-            r.prompt = Some(model.prompt(&req)?);
+            r.prompt = Some(bench_prompt(model, TextMode::Stream)?);
         }
         Work::CodePredictor(n) => {
             r.slots = prepare(b, model, n, context)?;

@@ -471,16 +471,7 @@ fn gpu_sampling_is_seeded_and_batch_independent() {
         .into_iter()
         .chain(others.iter().map(|r| model.prompt(r).unwrap()))
         .collect();
-    let slots: Vec<_> = [5u64, 11, 12]
-        .iter()
-        .map(|&s| gpu.alloc_slot(&model.default_sampling(s)).unwrap())
-        .collect();
-    let rows: Vec<_> = slots
-        .iter()
-        .zip(&prompts)
-        .map(|(&slot, prompt)| PrefillRow { slot, prompt })
-        .collect();
-    gpu.prefill(&rows).unwrap();
+    let slots = prefilled(&mut gpu, &model, &prompts, &[5, 11, 12]);
     let mut frames = Vec::new();
     let pad = gpu.info().tts_pad_token_id;
     for step in 0..10 {
@@ -499,6 +490,26 @@ fn gpu_sampling_is_seeded_and_batch_independent() {
     assert_eq!(frames, x, "batch companions changed a request's codes");
 }
 
+/// One slot per prompt, sampled with its seed, all prefilled in one call.
+fn prefilled(
+    gpu: &mut CudaBackend,
+    model: &Model,
+    prompts: &[tts_model::Prompt],
+    seeds: &[u64],
+) -> Vec<tts_model::SlotId> {
+    let slots: Vec<_> = seeds
+        .iter()
+        .map(|&s| gpu.alloc_slot(&model.default_sampling(s)).unwrap())
+        .collect();
+    let rows: Vec<_> = slots
+        .iter()
+        .zip(prompts)
+        .map(|(&slot, prompt)| PrefillRow { slot, prompt })
+        .collect();
+    gpu.prefill(&rows).unwrap();
+    slots
+}
+
 /// Two groups of requests half a frame apart: group A's code predictor runs beside group
 /// B's talker step and the other way round, `frames` times, through `predict_and_step`.
 /// Each group's frames.
@@ -508,18 +519,8 @@ fn half_a_frame_apart(
     prompts: &[tts_model::Prompt],
     frames: usize,
 ) -> (Vec<[u32; 16]>, Vec<[u32; 16]>) {
-    let slots: Vec<_> = (0..prompts.len())
-        .map(|i| {
-            gpu.alloc_slot(&model.default_sampling(20 + i as u64))
-                .unwrap()
-        })
-        .collect();
-    let rows: Vec<_> = slots
-        .iter()
-        .zip(prompts)
-        .map(|(&slot, prompt)| PrefillRow { slot, prompt })
-        .collect();
-    gpu.prefill(&rows).unwrap();
+    let seeds: Vec<u64> = (20..).take(prompts.len()).collect();
+    let slots = prefilled(gpu, model, prompts, &seeds);
     let (a, b) = slots.split_at(slots.len() / 2);
     let pad = gpu.info().tts_pad_token_id;
     let steps = |s: &[tts_model::SlotId]| -> Vec<StepRow> {
@@ -608,16 +609,7 @@ fn lock_step(
     seeds: &[u64],
     frames: usize,
 ) -> (Vec<Vec<[u32; 16]>>, Vec<Vec<f32>>) {
-    let slots: Vec<_> = seeds
-        .iter()
-        .map(|&s| gpu.alloc_slot(&model.default_sampling(s)).unwrap())
-        .collect();
-    let rows: Vec<_> = slots
-        .iter()
-        .zip(prompts)
-        .map(|(&slot, prompt)| PrefillRow { slot, prompt })
-        .collect();
-    gpu.prefill(&rows).unwrap();
+    let slots = prefilled(gpu, model, prompts, seeds);
     let pad = gpu.info().tts_pad_token_id;
     let vocab = model.config.talker.code_predictor.vocab_size;
     let mut out = vec![Vec::new(); slots.len()];
