@@ -30,7 +30,7 @@ use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::{InputLayout, Limits, Workspace};
 
 /// Options of the CUDA backend.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct CudaOptions {
     pub device: usize,
     pub limits: Limits,
@@ -95,6 +95,10 @@ pub struct CudaOptions {
     /// default (the engine pairs them only when its policy says so); not with the
     /// persistent code predictor.
     pub side_by_side: bool,
+    /// Kernels (name prefixes) never launched: a timing ablation for `bench-stages`, which
+    /// then measures what each left-out kernel costs inside the stage graphs. The model's
+    /// results are wrong with any; empty by default.
+    pub without_kernels: Vec<String>,
 }
 
 impl Default for CudaOptions {
@@ -120,6 +124,7 @@ impl Default for CudaOptions {
             fp8: Fp8Scope::None,
             batched_prefill: true,
             side_by_side: false,
+            without_kernels: Vec::new(),
         }
     }
 }
@@ -219,6 +224,10 @@ impl CudaBackend {
     pub fn new(model: &Model, opts: CudaOptions) -> Result<Self, CudaError> {
         let mut gpu = Gpu::open(opts.device)?;
         gpu.pdl &= opts.pdl;
+        if !opts.without_kernels.is_empty() {
+            tracing::warn!(kernels = ?opts.without_kernels, "timing ablation: these kernels are never launched, every result is wrong");
+            gpu.without.clone_from(&opts.without_kernels);
+        }
         let t0 = std::time::Instant::now();
         let talker = DevTalker::load(&gpu, &model.config, &model.weights, opts.fp8)?;
         let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker, opts.fp8)?;

@@ -139,6 +139,8 @@ pub struct Gpu {
     pub clusters: bool,
     /// `tile.cu`'s linear kernels run here, with their shared memory (sm_90 and newer).
     pub tiles: bool,
+    /// Name prefixes of kernels left out (`CudaOptions::without_kernels`, a timing ablation).
+    pub without: Vec<String>,
 }
 
 impl Gpu {
@@ -247,6 +249,7 @@ impl Gpu {
             sm_count,
             clusters,
             tiles,
+            without: Vec::new(),
         })
     }
 
@@ -416,6 +419,9 @@ impl Gpu {
         args: &[Arg],
     ) -> Result<(), CudaError> {
         let (f, pdl_ready) = self.funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
+        if self.without.iter().any(|w| name.starts_with(w.as_str())) {
+            return Ok(());
+        }
         if args.len() > MAX_ARGS {
             return Err(CudaError::Shape(format!(
                 "{name}: {} arguments, at most {MAX_ARGS}",

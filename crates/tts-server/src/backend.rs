@@ -112,6 +112,15 @@ pub fn create_cuda(
         // the prompts of one prefill call in one pass (on; 0: one pass per prompt)
         batched_prefill: on_unless_zero("QWEN3_TTS_BATCHED_PREFILL"),
         side_by_side: size.code_predictor_lane,
+        // timing ablation (bench-stages): kernels never launched, comma-separated prefixes
+        without_kernels: std::env::var("QWEN3_TTS_WITHOUT_KERNELS")
+            .map(|v| {
+                v.split(',')
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
