@@ -25,11 +25,12 @@ __device__ __forceinline__ float kv_round(float v, const float*) { return v; }
 
 // One warp: RMS-normalises the head vector x (weights w) and rotates it for position pos,
 // handing each result to emit(index, value). Lanes read x[e], x[e + hd/2] before emitting
-// those two indices, so x may be overwritten in place.
+// those two indices, so x may be overwritten in place. `cs`, when given, holds the angles'
+// cosines at [e] and sines at [64 + e] (rope_angles), else they are computed here.
 template <bool CG, typename Emit>
 __device__ __forceinline__ void norm_rope(const float* x, const float* __restrict__ w, float eps,
                                           const float* __restrict__ inv_freq, int pos, int hd,
-                                          int lane, Emit emit) {
+                                          int lane, Emit emit, const float* cs = nullptr) {
     int half = hd / 2;
     float s = 0.f;
     for (int i = lane; i < hd; i += 32) {
@@ -42,10 +43,28 @@ __device__ __forceinline__ void norm_rope(const float* x, const float* __restric
     for (int i = lane; i < half; i += 32) {
         float a = w[i] * (ld_cg_if<CG>(x + i) * inv);
         float b = w[i + half] * (ld_cg_if<CG>(x + i + half) * inv);
-        float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang), sn = sinf(ang);
+        float c, sn;
+        if (cs) {
+            c = cs[i];
+            sn = cs[64 + i];
+        } else {
+            float ang = (float)pos * inv_freq[i];
+            c = cosf(ang);
+            sn = sinf(ang);
+        }
         emit(i, a * c - b * sn);
         emit(i + half, b * c + a * sn);
+    }
+}
+
+// The RoPE cosines and sines of position pos (cs[e], cs[64 + e], e < hd/2), by the block's
+// threads from `from` on in steps of `step`; the same values norm_rope computes.
+__device__ __forceinline__ void rope_angles(float* cs, const float* __restrict__ inv_freq, int pos,
+                                            int hd, int from, int step) {
+    for (int e = from; e < hd / 2; e += step) {
+        float ang = (float)pos * inv_freq[e];
+        cs[e] = cosf(ang);
+        cs[64 + e] = sinf(ang);
     }
 }
 
@@ -253,13 +272,59 @@ DA_ENTRY(decode_attention_f32, float)
 // threads (the persistent code-predictor loop calls the body for its tasks with 256).
 // Task (h, r) handles q head h of row r, whose tokens are qkv rows r*tpr + i at
 // positions[r*tpr + i], cache row slots[r*tpr] (rows with a negative slot are skipped):
-//   1. QK-norm + RoPE of q head h and of k head g = h / (heads / kvh) for every new
-//      token, and v head g, into shared memory; k and v rounded as the cache rounds them,
-//      and stored in the cache by the block of the group's first q head;
-//   2. attention of each new token over positions 0..pos: the cached ones read from the
-//      cache, the new ones from shared memory (no block waits on another's writes).
+//   0. before the qkv rows are needed (the launch path waits for the previous kernel only
+//      after this): the RoPE angles of the new positions, and the cached K/V rows of
+//      group g = h / (heads / kvh) into shared memory when there are at most FA_SPOS of
+//      them (the code predictor: no cache read after the wait; asking L2 for longer
+//      talker contexts here measured 2 % slower). What is read here was written at least
+//      two launches earlier (graph inputs, earlier steps), which every kernel of the
+//      stream has finished by then, since each waits for its predecessor before it lets
+//      its successor start;
+//   1. QK-norm + RoPE of q head h and of k head g for every new token, and v head g, into
+//      shared memory; k and v rounded as the cache rounds them, and stored in the cache by
+//      the block of the group's first q head;
+//   2. attention of each new token over positions 0..pos: with the cached rows held, all
+//      from shared memory (attend_held), else the cached ones from the cache, the new ones
+//      from shared memory (no block waits on another's writes).
 // out: f32 [rows*tpr][ldo], head h at column h*hd.
 #define FA_MAXT 4
+#define FA_SPOS 16
+
+// Attention of query q over positions 0..n-1 (n <= 32) whose K/V rows are all in shared
+// memory (k[p], v[p]), by the block's warps, the same sums for any warp count: warp w
+// scores positions w, w + nw, ... (lanes split the head dims), every warp then takes the
+// softmax over all n scores itself, lane l of warp 0 sums dims 4l..4l+3 over the positions
+// in order and writes dst. Needs hd % 4 == 0, hd <= 128. Ends with a block barrier.
+__device__ __forceinline__ void attend_held(const float* q, int n, const float (*k)[128],
+                                            const float (*v)[128], int hd, float* dst) {
+    __shared__ float s_sc[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const bool owner = 4 * lane < hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float4 qv = owner ? *(const float4*)&q[4 * lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int p = warp; p < n; p += nw) {
+        float sc = owner ? dot4(&qv.x, *(const float4*)&k[p][4 * lane]) : 0.f;
+        sc = warp_sum(sc);
+        if (lane == 0) s_sc[p] = sc * scale;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float sc = lane < n ? s_sc[lane] : NEG_INF;
+        float m = warp_max(sc);
+        float w = lane < n ? expf(sc - m) : 0.f;
+        float inv = 1.0f / warp_sum(w);
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int p = 0; p < n; p++) {
+            float wp = __shfl_sync(0xffffffffu, w, p) * inv;
+            if (owner) {
+                float4 vv = *(const float4*)&v[p][4 * lane];
+                o.x += wp * vv.x; o.y += wp * vv.y; o.z += wp * vv.z; o.w += wp * vv.w;
+            }
+        }
+        if (owner) *(float4*)&dst[4 * lane] = o;
+    }
+    __syncthreads();
+}
 
 template <typename KV, bool CG>
 __device__ __forceinline__ void fused_attention_body(
@@ -271,41 +336,65 @@ __device__ __forceinline__ void fused_attention_body(
     if (r >= rows || tpr < 1 || tpr > FA_MAXT) return;
     int slot = slots[r * tpr];
     if (slot < 0) return;
-    __shared__ float s_q[FA_MAXT][128], s_k[FA_MAXT][128], s_v[FA_MAXT][128];
+    __shared__ __align__(16) float s_q[FA_MAXT][128];
+    __shared__ __align__(16) float s_k[FA_SPOS + FA_MAXT][128], s_v[FA_SPOS + FA_MAXT][128];
+    __shared__ float s_cs[FA_MAXT][128];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int rep = heads / kvh, g = h / rep, kvd = kvh * hd;
     bool writer = h % rep == 0;
     int pos0 = positions[r * tpr];
     size_t base = (size_t)slot * max_pos * kvd + (size_t)g * hd;
+    // 0. what earlier launches wrote
+    const bool held = pos0 <= FA_SPOS;
+    const int first_new = held ? pos0 : 0;  // s_k / s_v row of new token 0
+    for (int i = 0; i < tpr; i++)
+        rope_angles(s_cs[i], inv_freq, positions[r * tpr + i], hd, threadIdx.x, blockDim.x);
+    if (held) {
+        const int q4 = hd / 4;
+        for (int idx = threadIdx.x; idx < pos0 * q4; idx += blockDim.x) {
+            int p = idx / q4, d = 4 * (idx % q4);
+            *(float4*)&s_k[p][d] = kv_load4<CG>(k_cache + base + (size_t)p * kvd + d);
+            *(float4*)&s_v[p][d] = kv_load4<CG>(v_cache + base + (size_t)p * kvd + d);
+        }
+    }
+    if (!CG) {
+        pdl_wait();
+        pdl_trigger();
+    }
+    __syncthreads();
     // 1. task 2i: q of token i, task 2i+1: k of token i (one warp each); then v
     for (int task = warp; task < 2 * tpr; task += nw) {
         int i = task >> 1, t = r * tpr + i, pos = positions[t];
         const float* row = qkv + (size_t)t * ldq;
         if ((task & 1) == 0) {
             norm_rope<CG>(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
-                      [&](int e, float v) { s_q[i][e] = v; });
+                          [&](int e, float v) { s_q[i][e] = v; }, s_cs[i]);
         } else {
             KV* dst = k_cache + base + (size_t)pos * kvd;
             norm_rope<CG>(row + heads * hd + g * hd, k_norm, eps, inv_freq, pos, hd, lane,
-                      [&](int e, float v) {
-                          s_k[i][e] = kv_round(v, dst);
-                          if (writer) kv_store(dst + e, v);
-                      });
+                          [&](int e, float v) {
+                              s_k[first_new + i][e] = kv_round(v, dst);
+                              if (writer) kv_store(dst + e, v);
+                          }, s_cs[i]);
         }
     }
     for (int idx = threadIdx.x; idx < tpr * hd; idx += blockDim.x) {
         int i = idx / hd, e = idx % hd, t = r * tpr + i;
         KV* dst = v_cache + base + (size_t)positions[t] * kvd;
         float v = ld_cg_if<CG>(qkv + (size_t)t * ldq + (heads + kvh) * hd + g * hd + e);
-        s_v[i][e] = kv_round(v, dst);
+        s_v[first_new + i][e] = kv_round(v, dst);
         if (writer) kv_store(dst + e, v);
     }
     __syncthreads();
-    // 2. attention, token by token (attend ends with a barrier)
+    // 2. attention, token by token (attend and attend_held end with a barrier)
     for (int i = 0; i < tpr; i++) {
         int t = r * tpr + i;
-        attend<KV, CG>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k, s_v, hd,
-                   out + (size_t)t * ldo + h * hd);
+        float* dst = out + (size_t)t * ldo + h * hd;
+        if (held)
+            attend_held(s_q[i], pos0 + i + 1, s_k, s_v, hd, dst);
+        else
+            attend<KV, CG>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k,
+                           s_v, hd, dst);
     }
 }
 
@@ -316,8 +405,6 @@ __device__ __forceinline__ void fused_attention_body(
         const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,          \
         const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache,            \
         KV* v_cache, int max_pos, float* out, int ldo) {                                        \
-        pdl_wait();                                                                             \
-        pdl_trigger();                                                                          \
         fused_attention_body<KV, false>(blockIdx.x, blockIdx.y, qkv, ldq, rows, tpr, slots,     \
                                         positions, q_norm, k_norm, eps, inv_freq, heads, kvh,   \
                                         hd, k_cache, v_cache, max_pos, out, ldo);               \

@@ -273,8 +273,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
     const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
     unsigned int* params, unsigned int* seen, int seen_words, int eos, int suppress_from,
     int min_new, int* out, int out_stride) {
-    pdl_wait();
-    pdl_trigger();
+    // the row's parameters and draw were written by earlier launches (see fused_attention)
     int r = blockIdx.x;
     if (r >= rows) return;
     int slot = slots[r];
@@ -284,6 +283,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
     unsigned int* sb = seen + (size_t)slot * seen_words;
     float penalty = __uint_as_float(p[6]);
     int count = (int)p[11];
+    float u = draw_uniform(p[0], p[1], (unsigned int)count, 0u);
+    pdl_wait();
+    pdl_trigger();
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float l = logits[(size_t)r * V + i];
         if (penalty != 1.0f && ((sb[i >> 5] >> (i & 31)) & 1u)) l = l > 0.f ? l / penalty : l * penalty;
@@ -292,7 +294,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
         sh.s[i] = l;
     }
     __syncthreads();
-    float u = draw_uniform(p[0], p[1], (unsigned int)count, 0u);
     int c = choose(sh.s, V, p[2] != 0, __uint_as_float(p[4]), (int)p[3], __uint_as_float(p[5]), u, sh);
     if (threadIdx.x == 0) {
         out[r * out_stride] = c;
@@ -317,10 +318,16 @@ __device__ void sample_cp_row(int r, const float* __restrict__ logits, int V, in
     int slot = slots[r];
     if (slot < 0) return;
     const unsigned int* p = params + slot * 16;
+    float u = draw_uniform(p[0], p[1], p[11] - 1u, (unsigned int)step);
+    // launched (not CG): the parameters and draw come from earlier launches, the logits
+    // from the previous kernel (see fused_attention)
+    if (!CG) {
+        pdl_wait();
+        pdl_trigger();
+    }
     // CG: the persistent loop's blocks wrote these logits in the same launch
     for (int i = threadIdx.x; i < V; i += blockDim.x) sh.s[i] = ld_cg_if<CG>(logits + (size_t)r * V + i);
     __syncthreads();
-    float u = draw_uniform(p[0], p[1], p[11] - 1u, (unsigned int)step);
     int c = choose(sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
     if (threadIdx.x == 0) frames[r * 16 + step] = c;
     if (step < 15) {
@@ -335,8 +342,6 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
     const unsigned int* __restrict__ params, int step, int* frames,
     const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
     int ldx) {
-    pdl_wait();
-    pdl_trigger();
     __shared__ SampleShared sh;
     sample_cp_row<false>(blockIdx.x, logits, V, rows, slots, params, step, frames, folded, raw,
                          D, next_x, ldx, sh);
