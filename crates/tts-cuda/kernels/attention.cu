@@ -270,11 +270,15 @@ DA_ENTRY(decode_attention_f32, float)
 // earlier positions are already cached: decoding (1 token per request, any context) and
 // the code predictor (2 tokens in its first step, then 1). Grid (heads, rows), 128
 // threads (the persistent code-predictor loop calls the body for its tasks with 256).
+// `fused_attention_short` holds up to SPOS = FA_SPOS cached positions in shared memory
+// (caches of at most FA_SPOS positions: the code predictor's); `fused_attention` (SPOS 0)
+// reads every cached position from the cache, with the small shared-memory footprint the
+// talker's step wants (the larger one measured ~1 us slower per talker layer).
 // Task (h, r) handles q head h of row r, whose tokens are qkv rows r*tpr + i at
 // positions[r*tpr + i], cache row slots[r*tpr] (rows with a negative slot are skipped):
 //   0. before the qkv rows are needed (the launch path waits for the previous kernel only
 //      after this): the RoPE angles of the new positions, and the cached K/V rows of
-//      group g = h / (heads / kvh) into shared memory when there are at most FA_SPOS of
+//      group g = h / (heads / kvh) into shared memory when there are at most SPOS of
 //      them (the code predictor: no cache read after the wait; asking L2 for longer
 //      talker contexts here measured 2 % slower). What is read here was written at least
 //      two launches earlier (graph inputs, earlier steps), which every kernel of the
@@ -326,7 +330,7 @@ __device__ __forceinline__ void attend_held(const float* q, int n, const float (
     __syncthreads();
 }
 
-template <typename KV, bool CG>
+template <typename KV, bool CG, int SPOS>
 __device__ __forceinline__ void fused_attention_body(
     int h, int r, const float* __restrict__ qkv, int ldq, int rows, int tpr,
     const int* __restrict__ slots, const int* __restrict__ positions,
@@ -337,7 +341,7 @@ __device__ __forceinline__ void fused_attention_body(
     int slot = slots[r * tpr];
     if (slot < 0) return;
     __shared__ __align__(16) float s_q[FA_MAXT][128];
-    __shared__ __align__(16) float s_k[FA_SPOS + FA_MAXT][128], s_v[FA_SPOS + FA_MAXT][128];
+    __shared__ __align__(16) float s_k[SPOS + FA_MAXT][128], s_v[SPOS + FA_MAXT][128];
     __shared__ float s_cs[FA_MAXT][128];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int rep = heads / kvh, g = h / rep, kvd = kvh * hd;
@@ -345,7 +349,7 @@ __device__ __forceinline__ void fused_attention_body(
     int pos0 = positions[r * tpr];
     size_t base = (size_t)slot * max_pos * kvd + (size_t)g * hd;
     // 0. what earlier launches wrote
-    const bool held = pos0 <= FA_SPOS;
+    const bool held = SPOS > 0 && pos0 <= SPOS;
     const int first_new = held ? pos0 : 0;  // s_k / s_v row of new token 0
     for (int i = 0; i < tpr; i++)
         rope_angles(s_cs[i], inv_freq, positions[r * tpr + i], hd, threadIdx.x, blockDim.x);
@@ -398,16 +402,19 @@ __device__ __forceinline__ void fused_attention_body(
     }
 }
 
-#define FA_ENTRY(NAME, KV)                                                                      \
+#define FA_ENTRY(NAME, KV, SPOS)                                                                \
     extern "C" __global__ void __launch_bounds__(128) NAME(                                    \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
         const int* __restrict__ slots, const int* __restrict__ positions,                       \
         const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,          \
         const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache,            \
         KV* v_cache, int max_pos, float* out, int ldo) {                                        \
-        fused_attention_body<KV, false>(blockIdx.x, blockIdx.y, qkv, ldq, rows, tpr, slots,     \
-                                        positions, q_norm, k_norm, eps, inv_freq, heads, kvh,   \
-                                        hd, k_cache, v_cache, max_pos, out, ldo);               \
+        fused_attention_body<KV, false, SPOS>(blockIdx.x, blockIdx.y, qkv, ldq, rows, tpr,      \
+                                              slots, positions, q_norm, k_norm, eps, inv_freq,  \
+                                              heads, kvh, hd, k_cache, v_cache, max_pos, out,   \
+                                              ldo);                                             \
     }
-FA_ENTRY(fused_attention, bf16)
-FA_ENTRY(fused_attention_f32, float)
+FA_ENTRY(fused_attention, bf16, 0)
+FA_ENTRY(fused_attention_f32, float, 0)
+FA_ENTRY(fused_attention_short, bf16, FA_SPOS)
+FA_ENTRY(fused_attention_short_f32, float, FA_SPOS)

@@ -473,7 +473,7 @@ __device__ void cpl_layer(const CplArgs& c, GridBarrier& bar, int l, int m0, int
     KV* kc = (KV*)c.k_cache + l * layer_kv;
     KV* vc = (KV*)c.v_cache + l * layer_kv;
     for (int task = blockIdx.x; task < c.heads * rows; task += gridDim.x) {
-        fused_attention_body<KV, true>(task % c.heads, task / c.heads, c.qkv, ldq, rows, tpr,
+        fused_attention_body<KV, true, FA_SPOS>(task % c.heads, task / c.heads, c.qkv, ldq, rows, tpr,
                                        rowmap, positions, (const float*)c.layer(l, 5),
                                        (const float*)c.layer(l, 6), c.eps, c.inv_freq, c.heads,
                                        c.kvh, c.hd, kc, vc, c.kv_pos, c.attn, qd);

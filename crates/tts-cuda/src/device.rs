@@ -41,6 +41,8 @@ pub const KERNELS: &[&str] = &[
     "decode_attention_f32",
     "fused_attention",
     "fused_attention_f32",
+    "fused_attention_short",
+    "fused_attention_short_f32",
     "gather_rows",
     "gather_rows_f32",
     "frame_embedding",

@@ -9,6 +9,10 @@ use crate::linear::{linear, Act, Rows};
 use crate::weights::DevStack;
 use crate::workspace::Workspace;
 
+/// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in
+/// attention.cu).
+const SHORT_CACHE_POSITIONS: usize = 16;
+
 /// Where a stack's tokens live and which cache rows they use.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens {
@@ -133,11 +137,14 @@ pub fn run_layers(
             }
             Attention::Fused { tokens_per_row } => {
                 let rows = tok.n / tokens_per_row;
+                // a cache short enough to sit in shared memory (the code predictor's)
+                let short = kv.max_pos <= SHORT_CACHE_POSITIONS;
                 gpu.launch(
-                    if f32_kv {
-                        "fused_attention_f32"
-                    } else {
-                        "fused_attention"
+                    match (short, f32_kv) {
+                        (true, true) => "fused_attention_short_f32",
+                        (true, false) => "fused_attention_short",
+                        (false, true) => "fused_attention_f32",
+                        (false, false) => "fused_attention",
                     },
                     (d.heads as u32, rows as u32, 1),
                     128,
