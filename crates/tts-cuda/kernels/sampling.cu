@@ -39,13 +39,12 @@ __device__ __forceinline__ float key_value(unsigned int k) {
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// Values each thread holds in choose_topk (SAMPLE_MAXV / SAMPLE_THREADS).
+// Values each thread holds in choose (SAMPLE_MAXV / SAMPLE_THREADS).
 #define SAMPLE_PER_THREAD 16
 
 struct SampleShared {
     float s[SAMPLE_MAXV];
     int idx[SAMPLE_MAXV];
-    unsigned int hist[256];
     unsigned int hist4[4][256];
     float scratch[33];
     float fscratch[SAMPLE_THREADS];
@@ -76,70 +75,6 @@ __device__ int block_argmax(const float* s, int V, SampleShared& sh) {
     }
     __syncthreads();
     return sh.iv[0];
-}
-
-// Warp 0 finds, among 256 histogram buckets, the highest bucket d such that the count of
-// keys in buckets >= d reaches `remaining`; returns (d, remaining - count above d) in
-// sh.iv[1], sh.iv[2]. Lane l owns buckets 8l..8l+7; a suffix scan over lanes finds d.
-__device__ void pick_bucket(SampleShared& sh, int remaining) {
-    if (threadIdx.x >= 32) return;
-    int lane = threadIdx.x;
-    int local = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) local += (int)sh.hist[lane * 8 + j];
-    // suffix[l] = sum of local over lanes >= l
-    int suffix = local;
-    for (int o = 1; o < 32; o <<= 1) {
-        int v = __shfl_down_sync(0xffffffffu, suffix, o);
-        if (lane + o < 32) suffix += v;
-    }
-    int above = suffix - local;  // keys in lanes > l
-    bool here = above < remaining && suffix >= remaining;
-    unsigned int ballot = __ballot_sync(0xffffffffu, here);
-    int owner = ballot ? 31 - __clz(ballot) : 0;
-    if (lane == owner) {
-        int cum = above, chosen = lane * 8;
-        for (int j = 7; j >= 0; j--) {
-            int c = (int)sh.hist[lane * 8 + j];
-            if (cum + c >= remaining) { chosen = lane * 8 + j; break; }
-            cum += c;
-        }
-        sh.iv[1] = chosen;
-        sh.iv[2] = remaining - cum;
-    }
-}
-
-// The k-th largest value of s[0..V) (radix select over order-preserving keys).
-__device__ float kth_largest(const float* s, int V, int k, SampleShared& sh) {
-    unsigned int prefix = 0, mask = 0;
-    int remaining = k;
-    for (int pass = 0; pass < 4; pass++) {
-        int shift = 24 - 8 * pass;
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
-        __syncthreads();
-        // Logits share their high key bits (sign, exponent), so most keys land in a few
-        // buckets: lanes with the same bucket add once, through their leader.
-        int lane = threadIdx.x & 31;
-        for (int i0 = threadIdx.x - lane; i0 < V; i0 += blockDim.x) {
-            int i = i0 + lane;
-            unsigned int key = i < V ? order_key(s[i]) : 0u;
-            bool in = i < V && (key & mask) == prefix;
-            unsigned int active = __ballot_sync(0xffffffffu, in);
-            if (in) {
-                unsigned int b = (key >> shift) & 255u;
-                unsigned int peers = __match_any_sync(active, b);
-                if (lane == __ffs(peers) - 1) atomicAdd(&sh.hist[b], (unsigned int)__popc(peers));
-            }
-        }
-        __syncthreads();
-        pick_bucket(sh, remaining);
-        __syncthreads();
-        prefix |= ((unsigned int)sh.iv[1]) << shift;
-        mask |= 255u << shift;
-        remaining = sh.iv[2];
-        __syncthreads();
-    }
-    return key_value(prefix);
 }
 
 // Top-p as transformers' TopPLogitsWarper: sort ascending, drop tokens whose cumulative
@@ -185,7 +120,8 @@ __device__ void apply_top_p(float* s, int V, float top_p, SampleShared& sh) {
 
 // Warp-wide: the highest bucket d of `hist` (256 counts) such that the keys in buckets >= d
 // number at least `remaining`; returns d and sets `remaining` to the rank left within it.
-// Every lane gets the same answer (pick_bucket's rule, without shared memory).
+// Every lane gets the same answer. Lane l owns buckets 8l..8l+7; a suffix scan over lanes
+// finds d.
 __device__ __forceinline__ int warp_pick_bucket(const unsigned int* hist, int& remaining) {
     int lane = threadIdx.x & 31;
     int local = 0;
@@ -213,13 +149,16 @@ __device__ __forceinline__ int warp_pick_bucket(const unsigned int* hist, int& r
     return __shfl_sync(0xffffffffu, chosen, owner);
 }
 
-// `choose` for do_sample without top-p (the models' defaults), with the same arithmetic in
-// the same order, but each thread's contiguous chunk of V held in registers and every
-// block-wide decision taken by each warp itself: 9 block barriers instead of ~27 (the
-// k-th largest by a radix select whose four histograms are cleared up front). Needs
-// V <= SAMPLE_PER_THREAD * blockDim.x; `s` is the logits (rewritten only on the
-// all-minus-infinity fallback).
-__device__ int choose_topk(float* s, int V, float temp, int top_k, float u, SampleShared& sh) {
+// Picks an id from processed logits s[0..V): argmax, or temperature -> top-k -> top-p ->
+// inverse-CDF draw at u in index order. Each thread holds its contiguous chunk of V in
+// registers (so needs V <= SAMPLE_PER_THREAD * blockDim.x: SAMPLE_MAXV at SAMPLE_THREADS
+// threads) and takes every block-wide decision (the radix select's bucket, the maximum,
+// the prefix of the weights) itself, from values its warp leader left in shared memory:
+// 9 block barriers without top-p (the released settings). Top-p sorts in shared memory
+// (s is rewritten then, and on the all-masked fallback).
+__device__ int choose(float* s, int V, bool do_sample, float temp, int top_k, float top_p,
+                      float u, SampleShared& sh) {
+    if (!do_sample) return block_argmax(s, V, sh);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int C = (V + blockDim.x - 1) / blockDim.x;
     const int lo = threadIdx.x * C;
@@ -233,7 +172,9 @@ __device__ int choose_topk(float* s, int V, float temp, int top_k, float u, Samp
     if (threadIdx.x == 0) sh.iv[0] = V;
     __syncthreads();
     if (top_k > 0 && top_k < V) {
-        // the top_k-th largest value (kth_largest's radix select over the same keys)
+        // the top_k-th largest value: a radix select over order-preserving keys, 8 bits a
+        // pass; logits share their high key bits (sign, exponent), so most keys land in a
+        // few buckets: lanes with the same bucket add once, through their leader
         unsigned int prefix = 0, mask = 0;
         int remaining = top_k;
         for (int pass = 0; pass < 4; pass++) {
@@ -260,6 +201,17 @@ __device__ int choose_topk(float* s, int V, float temp, int top_k, float u, Samp
         for (int j = 0; j < SAMPLE_PER_THREAD; j++)
             if (x[j] < thr) x[j] = NEG_INF;
     }
+    if (top_p < 1.0f) {
+        // through shared memory: the sort needs every value
+#pragma unroll
+        for (int j = 0; j < SAMPLE_PER_THREAD; j++)
+            if (j < C && lo + j < V) s[lo + j] = x[j];
+        __syncthreads();
+        apply_top_p(s, V, top_p, sh);  // ends with a barrier
+#pragma unroll
+        for (int j = 0; j < SAMPLE_PER_THREAD; j++)
+            if (j < C && lo + j < V) x[j] = s[lo + j];
+    }
     // max: every thread combines the warps' maxima in warp order
     float mx = NEG_INF;
 #pragma unroll
@@ -270,7 +222,7 @@ __device__ int choose_topk(float* s, int V, float temp, int top_k, float u, Samp
     mx = NEG_INF;
     for (int k = 0; k < nw; k++) mx = fmaxf(mx, sh.fscratch[k]);
     if (mx == NEG_INF) {
-        // every value masked: choose's fallback, on the processed values
+        // every value masked: the argmax of the processed values
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < SAMPLE_PER_THREAD; j++)
@@ -320,96 +272,6 @@ __device__ int choose_topk(float* s, int V, float temp, int top_k, float u, Samp
     }
     __syncthreads();
     int c = sh.iv[0] < V ? sh.iv[0] : lastp;
-    __syncthreads();
-    return c < 0 ? 0 : c;
-}
-
-// Picks an id from processed logits s[0..V) (modified in place).
-__device__ int choose(float* s, int V, bool do_sample, float temp, int top_k, float top_p,
-                      float u, SampleShared& sh) {
-    if (!do_sample) return block_argmax(s, V, sh);
-    if (top_p >= 1.0f && V <= SAMPLE_PER_THREAD * (int)blockDim.x)
-        return choose_topk(s, V, temp, top_k, u, sh);
-    if (temp != 1.0f)
-        for (int i = threadIdx.x; i < V; i += blockDim.x) s[i] = s[i] / temp;
-    __syncthreads();
-    if (top_k > 0 && top_k < V) {
-        float thr = kth_largest(s, V, top_k, sh);
-        for (int i = threadIdx.x; i < V; i += blockDim.x)
-            if (s[i] < thr) s[i] = NEG_INF;
-        __syncthreads();
-    }
-    if (top_p < 1.0f) apply_top_p(s, V, top_p, sh);
-    // max
-    float mx = NEG_INF;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, s[i]);
-    mx = warp_max(mx);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh.fscratch[threadIdx.x >> 5] = mx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = NEG_INF;
-        for (int k = 0; k < (int)(blockDim.x >> 5); k++) m = fmaxf(m, sh.fscratch[k]);
-        sh.scratch[32] = m;
-    }
-    __syncthreads();
-    mx = sh.scratch[32];
-    if (mx == NEG_INF) return block_argmax(s, V, sh);
-    // contiguous chunk per thread keeps index order for the inverse CDF
-    int C = (V + blockDim.x - 1) / blockDim.x;
-    int lo = threadIdx.x * C, hi = min(V, lo + C);
-    float local = 0.f;
-    int last_pos = -1;
-    for (int i = lo; i < hi; i++) {
-        float w = s[i] == NEG_INF ? 0.f : expf(s[i] - mx);
-        s[i] = w;
-        if (w > 0.f) { local += w; last_pos = i; }
-    }
-    __syncthreads();
-    // exclusive prefix of the thread sums in thread (= index) order: warp scans, then a
-    // scan of the warp totals
-    {
-        int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-        float incl = local;
-        for (int o = 1; o < 32; o <<= 1) {
-            float v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        int lp = last_pos;
-        for (int o = 16; o > 0; o >>= 1) lp = max(lp, __shfl_xor_sync(0xffffffffu, lp, o));
-        if (lane == 31) sh.scratch[w] = incl;
-        if (lane == 0) sh.idx[w] = lp;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float acc = 0.f;
-            int lastp = -1;
-            for (int k = 0; k < nw; k++) {
-                float v = sh.scratch[k];
-                sh.scratch[k] = acc;
-                acc += v;
-                lastp = max(lastp, sh.idx[k]);
-            }
-            sh.scratch[31] = acc;
-            sh.iv[0] = V;      // choice
-            sh.iv[3] = lastp;  // fallback
-        }
-        __syncthreads();
-        sh.fscratch[threadIdx.x] = sh.scratch[w] + (incl - local);
-    }
-    __syncthreads();
-    float excl = sh.fscratch[threadIdx.x];
-    float target = u * sh.scratch[31];
-    if (excl <= target && excl + local > target) {
-        float cl = 0.f;
-        for (int i = lo; i < hi; i++) {
-            if (s[i] > 0.f) {
-                cl += s[i];
-                if (excl + cl > target) { atomicMin(&sh.iv[0], i); break; }
-            }
-        }
-    }
-    __syncthreads();
-    int c = sh.iv[0] < V ? sh.iv[0] : sh.iv[3];
     __syncthreads();
     return c < 0 ? 0 : c;
 }
