@@ -5,7 +5,9 @@
 // Layout: W bf16 row-major [N][K] (K % 8 == 0), or for the `gemv8_*` entries E4M3 codes
 // row-major [N][K] (K % 16 == 0) with one f32 scale per row (`scales[n]`, applied to the
 // row's sum: W[n][k] = e4m3(code) · scales[n], see tts_model::fp8); x f32 [M][ldx]; y f32 [M][ldy].
-// Prologue (optional): xin = g ⊙ x / sqrt(mean(x²) + eps) per row (RMSNorm fused; g f32 [K]).
+// RMSNorm (optional, fused; g f32 [K]): xin = g ⊙ x / sqrt(mean(x²) + eps) per row. No
+//   prologue: the product runs on g ⊙ x while the warps gather Σ x² from the same loads,
+//   and the row's 1/rms scales the finished sum (nothing waits for the row's norm).
 // Epilogue: v = acc (+ bias[n]); act 1: v = silu(v); act 2: rows (2i, 2i+1) are a
 //   (gate, up) pair and y[m][i] = silu(gate) * up; then y = (res ? res[m][n] : 0) + v
 //   (`res` may alias `y`: each element is read and written by the same thread).
@@ -15,6 +17,7 @@
 // fill the GPU. Lanes stream 16-byte weight chunks (8 bf16 or 16 E4M3 weights), up to 4
 // in flight per row. Partial sums meet in shared memory in a fixed order: a row's result
 // never depends on M. Rows m >= rows_valid write nothing. Blocks: ceil(N / (16 / S)).
+// `gemv_m1_pre` is `gemv_m1` issuing each pass's X loads together (see `PRE` below).
 
 #define GEMV_R 2
 #define GEMV_U 4
@@ -48,11 +51,58 @@ __device__ __forceinline__ void e4m3x4_to_f32(unsigned int u, float* f) {
     f[3] = half_bits_to_f32(hi >> 16) * k;
 }
 
-// acc[r][m] += Σ_i xin[m][idx + i] · wf[r][i] over one octet of K (i < 8).
+// A thread's octet of K (8 consecutive k) of every X row, and of the norm's gains, as loaded.
 template <int M>
-__device__ __forceinline__ void gemv_octet(float (&acc)[GEMV_R][M], const float (&wf)[GEMV_R][8],
-                                           int idx, const float* __restrict__ X, int ldx,
-                                           const float* __restrict__ norm_w, const float* s_inv) {
+struct GemvOctet {
+    float4 x[M][2];
+    float4 g[2];
+};
+
+// Loads the octet at `idx`, or zeros where it lies past the warp's K slice (`ok` false).
+template <int M>
+__device__ __forceinline__ void gemv_load_octet(GemvOctet<M>& o, int idx, bool ok,
+                                                const float* __restrict__ X, int ldx,
+                                                const float* __restrict__ norm_w) {
+    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const float4* xp = (const float4*)(X + (size_t)m * ldx + idx);
+        o.x[m][0] = ok ? xp[0] : z;
+        o.x[m][1] = ok ? xp[1] : z;
+    }
+    if (norm_w) {
+        const float4* gp = (const float4*)(norm_w + idx);
+        o.g[0] = ok ? gp[0] : z;
+        o.g[1] = ok ? gp[1] : z;
+    }
+}
+
+// acc[r][m] += Σ_i xin[i] · wf[r][i] for one row m's octet x; with the norm (gains g),
+// xin = g ⊙ x (the row's 1/rms scales the finished sum) and sq gathers Σ x².
+template <int M>
+__device__ __forceinline__ void gemv_fma8(float (&acc)[GEMV_R][M], float& sq,
+                                          const float (&wf)[GEMV_R][8], float4 a, float4 b,
+                                          const float* gv, int m) {
+    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (gv) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            sq = fmaf(xv[i], xv[i], sq);
+            xv[i] *= gv[i];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GEMV_R; r++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[r][m] = fmaf(xv[i], wf[r][i], acc[r][m]);
+}
+
+// One octet of K at `idx` for every row, its X (and gains) loaded here, right before use.
+template <int M>
+__device__ __forceinline__ void gemv_octet(float (&acc)[GEMV_R][M], float (&sq)[M],
+                                           const float (&wf)[GEMV_R][8], int idx,
+                                           const float* __restrict__ X, int ldx,
+                                           const float* __restrict__ norm_w) {
     float gv[8];
     if (norm_w) {
         const float4* gp = (const float4*)(norm_w + idx);
@@ -63,22 +113,26 @@ __device__ __forceinline__ void gemv_octet(float (&acc)[GEMV_R][M], const float 
 #pragma unroll
     for (int m = 0; m < M; m++) {
         const float4* xp = (const float4*)(X + (size_t)m * ldx + idx);
-        float4 a = xp[0], b = xp[1];
-        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        if (norm_w) {
-            float inv = s_inv[m];
-#pragma unroll
-            for (int i = 0; i < 8; i++) xv[i] = gv[i] * (xv[i] * inv);
-        }
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++)
-#pragma unroll
-            for (int i = 0; i < 8; i++) acc[r][m] = fmaf(xv[i], wf[r][i], acc[r][m]);
+        gemv_fma8<M>(acc, sq[m], wf, xp[0], xp[1], norm_w ? gv : nullptr, m);
     }
 }
 
-// F8: W holds E4M3 codes and `scales` one factor per row; else W is bf16.
-template <int M, bool F8>
+// The same over an octet loaded ahead (`gemv_load_octet`).
+template <int M>
+__device__ __forceinline__ void gemv_octet_loaded(float (&acc)[GEMV_R][M], float (&sq)[M],
+                                                  const float (&wf)[GEMV_R][8],
+                                                  const GemvOctet<M>& o, bool norm) {
+    const float gv[8] = {o.g[0].x, o.g[0].y, o.g[0].z, o.g[0].w,
+                         o.g[1].x, o.g[1].y, o.g[1].z, o.g[1].w};
+#pragma unroll
+    for (int m = 0; m < M; m++) gemv_fma8<M>(acc, sq[m], wf, o.x[m][0], o.x[m][1], norm ? gv : nullptr, m);
+}
+
+// F8: W holds E4M3 codes and `scales` one factor per row; else W is bf16. PRE (bf16, for
+// warps with several passes over K): each pass issues all its X loads before the first
+// product (one wait on L2 per pass instead of one per octet), at the cost of the registers
+// that hold them — a resident block per multiprocessor, which layers of one pass miss more.
+template <int M, bool F8, bool PRE>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, int K,
                                           const float* __restrict__ X, int ldx,
                                           const float* __restrict__ norm_w, float eps,
@@ -89,8 +143,8 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     // elements per 16-byte chunk, a warp's K step, bytes per element
     constexpr int EPL = F8 ? 16 : 8, STEP = 32 * EPL, EB = F8 ? 1 : 2;
     const unsigned char* W = (const unsigned char*)Wv;
-    __shared__ float s_inv[M];
-    __shared__ float s_part[GEMV_WARPS][GEMV_R * M];
+    // per warp: its partial sums (GEMV_R·M), then with the norm its rows' Σ x² (M)
+    __shared__ float s_part[GEMV_WARPS][(GEMV_R + 1) * M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int groups = GEMV_WARPS / ksplit;
     const int g = warp / ksplit, part = warp % ksplit;
@@ -130,40 +184,33 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     }
     pdl_wait();
     pdl_trigger();
-    if (norm_w) {
-        // every thread sums squares over a few float4 of each row (independent loads, no
-        // serial walk over K), the warps' sums meet in shared memory in a fixed order
-        __shared__ float s_sq[GEMV_WARPS][M];
-        const int k4 = K / 4;
+    float acc[GEMV_R][M], sq[M];
 #pragma unroll
-        for (int m = 0; m < M; m++) {
-            const float4* xr = (const float4*)(X + (size_t)m * ldx);
-            float s = 0.f;
-            for (int i = threadIdx.x; i < k4; i += 32 * GEMV_WARPS) {
-                float4 v = xr[i];
-                s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-            s = warp_sum(s);
-            if (lane == 0) s_sq[warp][m] = s;
-        }
-        __syncthreads();
-        if (threadIdx.x < M) {
-            float t = 0.f;
+    for (int m = 0; m < M; m++) {
+        sq[m] = 0.f;
 #pragma unroll
-            for (int wp = 0; wp < GEMV_WARPS; wp++) t += s_sq[wp][threadIdx.x];
-            s_inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + eps);
-        }
-        __syncthreads();
+        for (int r = 0; r < GEMV_R; r++) acc[r][m] = 0.f;
     }
-    float acc[GEMV_R][M];
-#pragma unroll
-    for (int r = 0; r < GEMV_R; r++)
-#pragma unroll
-        for (int m = 0; m < M; m++) acc[r][m] = 0.f;
 
+    const bool norm = norm_w != nullptr;
     if (n0 < N) {
         for (int kb = kb0; kb < k_end; kb += STEP * GEMV_U) {
             if (kb != kb0) load_pass(kb);
+            if constexpr (PRE) {
+                // every X and gain load of the pass in flight before the first product
+                GemvOctet<M> o[GEMV_U];
+#pragma unroll
+                for (int u = 0; u < GEMV_U; u++)
+                    gemv_load_octet<M>(o[u], kb + u * STEP, kb + u * STEP < k_end, X, ldx, norm_w);
+#pragma unroll
+                for (int u = 0; u < GEMV_U; u++) {
+                    float wf[GEMV_R][8];
+#pragma unroll
+                    for (int r = 0; r < GEMV_R; r++) unpack8(w[u][r], wf[r]);
+                    gemv_octet_loaded<M>(acc, sq, wf, o[u], norm);
+                }
+                continue;
+            }
 #pragma unroll
             for (int u = 0; u < GEMV_U; u++) {
                 int idx = kb + u * STEP;
@@ -175,17 +222,17 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
                         e4m3x4_to_f32(w[u][r].x, wf[r]);
                         e4m3x4_to_f32(w[u][r].y, wf[r] + 4);
                     }
-                    gemv_octet<M>(acc, wf, idx, X, ldx, norm_w, s_inv);
+                    gemv_octet<M>(acc, sq, wf, idx, X, ldx, norm_w);
 #pragma unroll
                     for (int r = 0; r < GEMV_R; r++) {
                         e4m3x4_to_f32(w[u][r].z, wf[r]);
                         e4m3x4_to_f32(w[u][r].w, wf[r] + 4);
                     }
-                    gemv_octet<M>(acc, wf, idx + 8, X, ldx, norm_w, s_inv);
+                    gemv_octet<M>(acc, sq, wf, idx + 8, X, ldx, norm_w);
                 } else {
 #pragma unroll
                     for (int r = 0; r < GEMV_R; r++) unpack8(w[u][r], wf[r]);
-                    gemv_octet<M>(acc, wf, idx, X, ldx, norm_w, s_inv);
+                    gemv_octet<M>(acc, sq, wf, idx, X, ldx, norm_w);
                 }
             }
         }
@@ -197,6 +244,13 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
             float v = warp_sum(acc[r][m]);
             if (lane == 0) s_part[warp][r * M + m] = v;
         }
+    if (norm) {
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float v = warp_sum(sq[m]);
+            if (lane == 0) s_part[warp][GEMV_R * M + m] = v;
+        }
+    }
     __syncthreads();
     // the group's first warp combines its S partials; lane l writes output (l / M, l % M)
     if (part != 0 || n0 >= N || lane >= GEMV_R * M) return;
@@ -206,30 +260,41 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     const int n = n0 + r;
     if (m >= rows_valid || n >= N) return;
     if constexpr (F8) a *= scales[n];
+    float inv = 1.f;
+    if (norm) {
+        // the group's warps cover K once between them: their Σ x² meet in the same order
+        float t = 0.f;
+        for (int p = 0; p < ksplit; p++) t += s_part[warp + p][GEMV_R * M + m];
+        inv = 1.0f / sqrtf(t / (float)K + eps);
+    }
+    a *= inv;
     float up = 0.f;
     if (act == 2) {
         if (r != 0) return;
         for (int p = 0; p < ksplit; p++) up += s_part[warp + p][M + m];
         if constexpr (F8) up *= scales[n + 1];
+        up *= inv;
     }
     linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
 }
 
-#define GEMV_ENTRY(NAME, MM, F8, WT)                                                           \
+#define GEMV_ENTRY(NAME, MM, F8, WT, PRE)                                                           \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const WT* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,           \
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
         const float* __restrict__ scales) {                                                      \
-        gemv_body<MM, F8>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy, rows_valid, \
+        gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy, rows_valid, \
                           ksplit, scales);                                                       \
     }
 
 // bf16 weights (`scales` unused)
-GEMV_ENTRY(gemv_m1, 1, false, bf16)
-GEMV_ENTRY(gemv_m2, 2, false, bf16)
-GEMV_ENTRY(gemv_m4, 4, false, bf16)
-GEMV_ENTRY(gemv_m8, 8, false, bf16)
+GEMV_ENTRY(gemv_m1, 1, false, bf16, false)
+GEMV_ENTRY(gemv_m2, 2, false, bf16, false)
+GEMV_ENTRY(gemv_m4, 4, false, bf16, false)
+GEMV_ENTRY(gemv_m8, 8, false, bf16, false)
+// one row, warps with two or more passes over K (`linear.rs` routes)
+GEMV_ENTRY(gemv_m1_pre, 1, false, bf16, true)
 // E4M3 weights with per-row scales (one or two rows: `routing::fp8_gemv`)
-GEMV_ENTRY(gemv8_m1, 1, true, unsigned char)
-GEMV_ENTRY(gemv8_m2, 2, true, unsigned char)
+GEMV_ENTRY(gemv8_m1, 1, true, unsigned char, false)
+GEMV_ENTRY(gemv8_m2, 2, true, unsigned char, false)

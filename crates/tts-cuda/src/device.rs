@@ -29,6 +29,7 @@ pub const KERNELS: &[&str] = &[
     "gemv_m2",
     "gemv_m4",
     "gemv_m8",
+    "gemv_m1_pre",
     "gemv8_m1",
     "gemv8_m2",
     "mma_linear_t1",

@@ -390,7 +390,15 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
         }
         None => {
             args.push(Arg::P(0));
-            ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket]
+            // A warp's share of K, in passes of GEMV_U 16-byte chunks per lane (1024
+            // weights): from two passes on, one row gains more from issuing each pass's X
+            // loads together than it loses in resident blocks (gemv.cu, `PRE`).
+            let passes = l.k.div_ceil(256).div_ceil(ksplit).div_ceil(4);
+            if bucket == 0 && passes >= 2 {
+                "gemv_m1_pre"
+            } else {
+                ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket]
+            }
         }
     };
     gpu.launch(name, (blocks, 1, 1), 256, &args)
