@@ -70,11 +70,9 @@ __device__ __forceinline__ void gemv_load_octet(GemvOctet<M>& o, int idx, bool o
         o.x[m][0] = ok ? xp[0] : z;
         o.x[m][1] = ok ? xp[1] : z;
     }
-    if (norm_w) {
-        const float4* gp = (const float4*)(norm_w + idx);
-        o.g[0] = ok ? gp[0] : z;
-        o.g[1] = ok ? gp[1] : z;
-    }
+    const bool gains = ok && norm_w;
+    o.g[0] = gains ? ((const float4*)(norm_w + idx))[0] : z;
+    o.g[1] = gains ? ((const float4*)(norm_w + idx))[1] : z;
 }
 
 // acc[r][m] += Σ_i xin[i] · wf[r][i] for one row m's octet x; with the norm (gains g),
@@ -140,6 +138,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
                                           const float* res, int ldr, float* Y, int ldy,
                                           int rows_valid, int ksplit,
                                           const float* __restrict__ scales) {
+    static_assert(!(PRE && F8), "PRE is for bf16 weights");
     // elements per 16-byte chunk, a warp's K step, bytes per element
     constexpr int EPL = F8 ? 16 : 8, STEP = 32 * EPL, EB = F8 ? 1 : 2;
     const unsigned char* W = (const unsigned char*)Wv;
@@ -278,14 +277,14 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
 }
 
-#define GEMV_ENTRY(NAME, MM, F8, WT, PRE)                                                           \
+#define GEMV_ENTRY(NAME, MM, F8, WT, PRE)                                                      \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
         const WT* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,           \
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
         const float* __restrict__ scales) {                                                      \
-        gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy, rows_valid, \
-                          ksplit, scales);                                                       \
+        gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,        \
+                               rows_valid, ksplit, scales);                                      \
     }
 
 // bf16 weights (`scales` unused)

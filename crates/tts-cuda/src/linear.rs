@@ -390,9 +390,9 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
         }
         None => {
             args.push(Arg::P(0));
-            // A warp's share of K, in passes of GEMV_U 16-byte chunks per lane (1024
-            // weights): from two passes on, one row gains more from issuing each pass's X
-            // loads together than it loses in resident blocks (gemv.cu, `PRE`).
+            // A warp's share of K in passes (gemv.cu: a warp step is 256 bf16 weights, a
+            // pass GEMV_U = 4 steps): from two passes on, one row gains more from issuing
+            // each pass's X loads together than it loses in resident blocks (`PRE`).
             let passes = l.k.div_ceil(256).div_ceil(ksplit).div_ceil(4);
             if bucket == 0 && passes >= 2 {
                 "gemv_m1_pre"
