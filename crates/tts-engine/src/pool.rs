@@ -61,6 +61,11 @@ impl EnginePool {
         self.engines.iter().any(EngineHandle::is_ready)
     }
 
+    /// How many engines are warmed up and accepting work.
+    pub fn ready_count(&self) -> usize {
+        self.engines.iter().filter(|e| e.is_ready()).count()
+    }
+
     /// Blocks until every engine has warmed up (or `timeout`); `Err` carries the first
     /// warm-up failure.
     pub fn wait_ready(&self, timeout: Duration) -> Result<bool, String> {

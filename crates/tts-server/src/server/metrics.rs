@@ -19,6 +19,7 @@ pub const REJECTED: &str = "tts_requests_rejected_total";
 pub const HTTP_TTFA: &str = "tts_http_time_to_first_audio_seconds";
 pub const REAL_TIME_FACTOR: &str = "tts_real_time_factor";
 pub const READY: &str = "tts_ready";
+pub const ENGINES_READY: &str = "tts_engines_ready";
 
 /// Histogram buckets for durations: 1 ms .. 10 s.
 pub const SECONDS_BUCKETS: [f64; 16] = [
@@ -74,8 +75,9 @@ impl ServerMetrics {
         metrics::with_local_recorder(self.recorder.as_ref(), f)
     }
 
-    /// The exposition text; `load` refreshes the queue and slot gauges first.
-    pub fn render(&self, load: Option<Load>, ready: bool) -> String {
+    /// The exposition text; `load`, `ready` and `engines_ready` (engines warmed up, of
+    /// `--replicas`) refresh their gauges first.
+    pub fn render(&self, load: Option<Load>, ready: bool, engines_ready: usize) -> String {
         self.with(|| {
             let load = load.unwrap_or(Load {
                 queued: 0,
@@ -84,6 +86,7 @@ impl ServerMetrics {
             metrics::gauge!(tts_engine::metrics::ACTIVE_REQUESTS).set(load.active as f64);
             metrics::gauge!(tts_engine::metrics::QUEUE_DEPTH).set(load.queued as f64);
             metrics::gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+            metrics::gauge!(ENGINES_READY).set(engines_ready as f64);
         });
         self.handle.run_upkeep();
         self.handle.render()
@@ -177,6 +180,11 @@ fn describe() {
         READY,
         Unit::Count,
         "1 when the server is warmed up and accepting requests."
+    );
+    describe_gauge!(
+        ENGINES_READY,
+        Unit::Count,
+        "Engines (--replicas) warmed up and accepting requests; the server is ready from the first."
     );
 }
 

@@ -226,10 +226,12 @@ async fn voices_models_health_ready_metrics() {
         "tts_active_requests",
         "tts_queue_depth",
         "tts_ready",
+        "tts_engines_ready",
     ] {
         assert!(metric(&text, name).is_some(), "{name} in\n{text}");
     }
     assert_eq!(metric(&text, "tts_ready"), Some(1.0));
+    assert_eq!(metric(&text, "tts_engines_ready"), Some(1.0));
     // After a request: the server-side TTFA and real-time-factor histograms, with buckets.
     t.assert_serving().await;
     let text = t.metrics().await;

@@ -17,6 +17,13 @@ async fn two_engines_share_the_work_and_the_limits() {
     cfg.max_slots = 2; // one slot per engine
     cfg.max_queue = 2; // one waiting request per engine
     let t = TestServer::start(cfg).await;
+    // The server is ready once one engine is; the routing below assumes both are (a
+    // request goes to ready engines first, so while one still warms up both would go to
+    // the other, and the second would wait for its slot).
+    eventually("both engines warmed up", || async {
+        metric(&t.metrics().await, "tts_engines_ready") == Some(2.0)
+    })
+    .await;
 
     // 1. Two WebSocket utterances waiting for their text: with one slot per engine, both
     //    hold a slot only if they went to different engines.

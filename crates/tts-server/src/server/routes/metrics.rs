@@ -8,7 +8,10 @@ use crate::server::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let load = state.engine().map(|e| e.load());
-    let text = state.metrics().render(load, state.is_ready());
+    let engines_ready = state.engine().map_or(0, |e| e.ready_count());
+    let text = state
+        .metrics()
+        .render(load, state.is_ready(), engines_ready);
     (
         [(
             header::CONTENT_TYPE,
