@@ -7,8 +7,9 @@ use axum::response::IntoResponse;
 use crate::server::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let load = state.engine().map(|e| e.load());
-    let engines_ready = state.engine().map_or(0, |e| e.ready_count());
+    let engine = state.engine();
+    let load = engine.map(|e| e.load());
+    let engines_ready = engine.map_or(0, |e| e.ready_count());
     let text = state
         .metrics()
         .render(load, state.is_ready(), engines_ready);
