@@ -2,12 +2,33 @@
 //
 // Tensor cores multiply bf16 by bf16, so linear layers over more than a GEMV's rows run as
 //   to_bf16_rows (optionally RMSNorm-ing each row)  ->  mma.cu (epilogue fused), or
-//   to_bf16_rows  ->  cublasGemmEx (f32 out)  ->  linear_epilogue.
+//   to_bf16_rows  ->  cublasGemmEx (f32 out)  ->  linear_epilogue, which may also write the
+//   next layer's split rows (then that layer has no to_bf16_rows launch).
 // The epilogue has the same semantics as gemv.cu's.
 
-// One block per row: v = g ⊙ x[r] / sqrt(mean(x[r]²) + eps), or plain x[r] when g is null,
-// split as v = hi + lo with hi = bf16(v) in out row r and lo = bf16(v - hi) in out row
-// rows + r (the GEMM then multiplies both and the epilogue adds them).
+// Row r of the split rows, by the whole block: v = g ⊙ x / sqrt(mean(x²) + eps), or plain
+// x when g is null, split as v = hi + lo with hi = bf16(v) in out row r and lo = bf16(v - hi)
+// in out row rows + r (the GEMM then multiplies both and the epilogue adds them). Plain
+// loads of x: linear_epilogue passes the row its own threads have just written.
+__device__ void split_row(const float* x, int K, const float* __restrict__ g, float eps,
+                          bf16* out, int ldo, int rows, int r) {
+    __shared__ float scratch[33];
+    float inv = 1.f;
+    if (g) {
+        float s = 0.f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) s += x[k] * x[k];
+        s = block_sum(s, scratch);
+        inv = 1.0f / sqrtf(s / (float)K + eps);
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        float v = g ? g[k] * (x[k] * inv) : x[k];
+        bf16 hi = f2bf(v);
+        out[(size_t)r * ldo + k] = hi;
+        out[(size_t)(rows + r) * ldo + k] = f2bf(v - bf2f(hi));
+    }
+}
+
+// One block per row: split_row of x[r] into out.
 extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, int K,
                                         const float* __restrict__ g, float eps, bf16* out,
                                         int ldo, int rows) {
@@ -15,23 +36,19 @@ extern "C" __global__ void to_bf16_rows(const float* __restrict__ x, int ldx, in
     pdl_trigger();
     int r = blockIdx.x;
     if (r >= rows) return;
-    __shared__ float scratch[33];
-    const float* xr = x + (size_t)r * ldx;
-    float inv = g ? row_inv_rms(xr, K, eps, scratch) : 1.f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        float v = g ? g[k] * (xr[k] * inv) : xr[k];
-        bf16 hi = f2bf(v);
-        out[(size_t)r * ldo + k] = hi;
-        out[(size_t)(rows + r) * ldo + k] = f2bf(v - bf2f(hi));
-    }
+    split_row(x + (size_t)r * ldx, K, g, eps, out, ldo, rows, r);
 }
 
 // acc: f32 [2·rows][N] (GEMM output of the hi rows, then the lo rows). Writes y as
-// gemv.cu's epilogue would (act 2 halves N).
+// gemv.cu's epilogue would (act 2 halves N). With `xb`, the linear layer that reads y
+// next goes through split rows too: the block then also writes them (split_row of its y
+// row with that layer's norm gain `next_g`, or none), which saves that layer's
+// to_bf16_rows launch.
 extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
                                            const float* __restrict__ bias, int act,
                                            const float* res, int ldr, float* y, int ldy,
-                                           int rows) {
+                                           int rows, const float* __restrict__ next_g,
+                                           float eps, bf16* xb, int ldxb) {
     pdl_wait();
     pdl_trigger();
     int r = blockIdx.x;
@@ -55,6 +72,9 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, int N,
             y[(size_t)r * ldy + n] = v;
         }
     }
+    if (!xb) return;
+    __syncthreads();  // the row's outputs, written by every thread of the block
+    split_row(y + (size_t)r * ldy, act == 2 ? N / 2 : N, next_g, eps, xb, ldxb, rows, r);
 }
 
 // out[r] = g ⊙ x[r] / sqrt(mean(x[r]²) + eps), f32 (one block per row).

@@ -67,6 +67,10 @@ pub struct CudaOptions {
     /// pipeline, K split over a cluster's blocks; sm_90) where the routing picks it (the
     /// static rule: the talker's gate_up at 9..=16 rows); off: as before.
     pub tile_linear: bool,
+    /// Let a batched linear layer's cuBLAS epilogue write the next layer's split bf16
+    /// input rows (norm applied), saving that layer's `to_bf16_rows` launch; off: every
+    /// split-row layer converts its own input.
+    pub chain_split: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -116,6 +120,7 @@ impl Default for CudaOptions {
             lt_linear: false,
             cluster_linear: true,
             tile_linear: true,
+            chain_split: true,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
@@ -234,6 +239,7 @@ impl CudaBackend {
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
         ws.scratch.paths.tile &= opts.tile_linear;
+        ws.scratch.paths.chain_split &= opts.chain_split;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

@@ -7,7 +7,10 @@
 //! `mma_cluster.cu` (up to 64 rows on tensor cores, norm and epilogue fused, sm_90); or the
 //! rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
 //! multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by cuBLAS
-//! followed by an epilogue kernel.
+//! followed by an epilogue kernel, which can also write the next layer's split rows
+//! ([`linear_then`]: one `to_bf16_rows` launch fewer).
+
+use std::cell::Cell;
 
 use tts_model::fp8::Fp8Rows;
 
@@ -103,6 +106,25 @@ pub struct GemmScratch {
     /// cuBLAS output before the epilogue.
     pub acc: DBuf<f32>,
     pub paths: LinearPaths,
+    /// The rows `xb` holds for the next [`linear`] call on this scratch, when the call
+    /// before wrote them in its epilogue ([`linear_then`]); taken by every call.
+    split_ready: Cell<Option<SplitRows>>,
+}
+
+/// Which rows split bf16 rows were made from: (pointer, ld, count, width, norm gain, eps).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SplitRows {
+    x: (u64, usize, usize),
+    k: usize,
+    norm: (u64, f32),
+}
+
+/// The linear layer that reads a call's output rows next (same rows, same count), for
+/// [`linear_then`]: its output width and its fused norm (gain pointer, eps).
+#[derive(Debug, Clone, Copy)]
+pub struct NextLinear {
+    pub n: usize,
+    pub norm: Option<(u64, f32)>,
 }
 
 impl GemmScratch {
@@ -113,8 +135,10 @@ impl GemmScratch {
             paths: LinearPaths {
                 cluster: gpu.clusters,
                 tile: gpu.tiles,
+                chain_split: true,
                 ..Default::default()
             },
+            split_ready: Cell::new(None),
         })
     }
 }
@@ -141,6 +165,48 @@ pub fn linear(
     ldy: usize,
     scratch: &GemmScratch,
 ) -> Result<(), CudaError> {
+    linear_then(gpu, l, x, norm, act, res, y, ldy, scratch, None)
+}
+
+/// The path `linear` runs `x.count` rows of an `n × k` weight on.
+fn path_for(paths: &LinearPaths, x: Rows, n: usize, k: usize) -> LinearPath {
+    let path = paths.choose(x.count, n, k);
+    if path == LinearPath::Cluster && !(x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4)) {
+        // its row copies move 16-byte pieces
+        return LinearPath::Cublas;
+    }
+    path
+}
+
+/// Whether a path multiplies split bf16 rows (`to_bf16_rows` first).
+fn reads_split_rows(path: LinearPath) -> bool {
+    matches!(
+        path,
+        LinearPath::TensorCores | LinearPath::Cublas | LinearPath::Tile
+    )
+}
+
+/// [`linear`], told which layer reads `y` next (`next`: the very next `linear` call on
+/// this scratch, over the rows `y`, `ldy`, `x.count`, in the same enqueued sequence, with
+/// nothing else writing those rows in between). When both run on split bf16 rows
+/// and this one ends in `linear_epilogue` (cuBLAS), the epilogue also writes the next
+/// layer's split rows, norm applied, and that call skips its `to_bf16_rows` launch: the
+/// same values from one launch fewer.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_then(
+    gpu: &Gpu,
+    l: &Linear,
+    x: Rows,
+    norm: Option<(u64, f32)>,
+    act: Act,
+    res: Option<(u64, usize)>,
+    y: u64,
+    ldy: usize,
+    scratch: &GemmScratch,
+    next: Option<NextLinear>,
+) -> Result<(), CudaError> {
+    // what the previous call left in xb is for this call only
+    let ready = scratch.split_ready.take();
     let m = x.count;
     if m == 0 {
         return Ok(());
@@ -148,11 +214,7 @@ pub fn linear(
     let bias = l.bias.as_ref().map_or(0, |b| b.ptr);
     let (res_p, ldr) = res.unwrap_or((0, 0));
     let (norm_p, eps) = norm.unwrap_or((0, 0.0));
-    let mut path = scratch.paths.choose(m, l.n, l.k);
-    if path == LinearPath::Cluster && !(x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4)) {
-        // its row copies move 16-byte pieces
-        path = LinearPath::Cublas;
-    }
+    let path = path_for(&scratch.paths, x, l.n, l.k);
     let call = RowCall {
         x,
         norm: (norm_p, eps),
@@ -176,21 +238,28 @@ pub fn linear(
             l.k
         )));
     }
-    gpu.launch(
-        "to_bf16_rows",
-        (m as u32, 1, 1),
-        256,
-        &[
-            Arg::P(x.ptr),
-            Arg::I(x.ld as i32),
-            Arg::I(l.k as i32),
-            Arg::P(norm_p),
-            Arg::F(eps),
-            Arg::P(scratch.xb.ptr),
-            Arg::I(l.k as i32),
-            Arg::I(m as i32),
-        ],
-    )?;
+    let these = SplitRows {
+        x: (x.ptr, x.ld, m),
+        k: l.k,
+        norm: (norm_p, eps),
+    };
+    if ready != Some(these) {
+        gpu.launch(
+            "to_bf16_rows",
+            (m as u32, 1, 1),
+            256,
+            &[
+                Arg::P(x.ptr),
+                Arg::I(x.ld as i32),
+                Arg::I(l.k as i32),
+                Arg::P(norm_p),
+                Arg::F(eps),
+                Arg::P(scratch.xb.ptr),
+                Arg::I(l.k as i32),
+                Arg::I(m as i32),
+            ],
+        )?;
+    }
     if path == LinearPath::Tile {
         return tile(gpu, l, &call, scratch.xb.ptr);
     }
@@ -224,6 +293,30 @@ pub fn linear(
         scratch.xb.ptr,
         scratch.acc.ptr,
     )?;
+    // the next layer's split rows, when it reads them (and they fit the scratch)
+    let out_k = if act == Act::SwigluPairs {
+        l.n / 2
+    } else {
+        l.n
+    };
+    let out = Rows {
+        ptr: y,
+        ld: ldy,
+        count: m,
+    };
+    let split_next = next
+        .filter(|nx| {
+            scratch.paths.chain_split
+                && reads_split_rows(path_for(&scratch.paths, out, nx.n, out_k))
+                && 2 * m * out_k <= scratch.xb.len
+        })
+        .map(|nx| SplitRows {
+            x: (y, ldy, m),
+            k: out_k,
+            norm: nx.norm.unwrap_or((0, 0.0)),
+        });
+    let (next_g, next_eps, xb) =
+        split_next.map_or((0, 0.0, 0), |s| (s.norm.0, s.norm.1, scratch.xb.ptr));
     gpu.launch(
         "linear_epilogue",
         (m as u32, 1, 1),
@@ -238,8 +331,14 @@ pub fn linear(
             Arg::P(y),
             Arg::I(ldy as i32),
             Arg::I(m as i32),
+            Arg::P(next_g),
+            Arg::F(next_eps),
+            Arg::P(xb),
+            Arg::I(out_k as i32),
         ],
-    )
+    )?;
+    scratch.split_ready.set(split_next);
+    Ok(())
 }
 
 /// Bytes of dynamic shared memory a `tile.cu` block of `mt` row tiles of 8 takes: its

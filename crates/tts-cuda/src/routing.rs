@@ -120,6 +120,9 @@ pub struct LinearPaths {
     pub cluster: bool,
     /// The device runs `tile.cu` ([`LinearPath::Tile`]), and it is wanted.
     pub tile: bool,
+    /// A cuBLAS epilogue writes the split input rows of the layer that reads its output
+    /// next, when that layer reads split rows (`linear::linear_then`).
+    pub chain_split: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,

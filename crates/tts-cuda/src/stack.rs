@@ -5,7 +5,7 @@
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
-use crate::linear::{linear, Act, Rows};
+use crate::linear::{linear, linear_then, Act, NextLinear, Rows};
 use crate::weights::DevStack;
 use crate::workspace::Workspace;
 
@@ -167,7 +167,10 @@ pub fn run_layers(
             ld: qd,
             count: tok.n,
         };
-        linear(
+        // Each of the next three calls is told which layer reads its output next, so a
+        // cuBLAS epilogue can write that layer's split input rows (`linear_then`).
+        let post_norm = Some((layer.post_norm.ptr, d.rms_eps));
+        linear_then(
             gpu,
             &layer.o,
             a,
@@ -177,24 +180,36 @@ pub fn run_layers(
             tok.x,
             h,
             &ws.scratch,
+            Some(NextLinear {
+                n: layer.gate_up.n,
+                norm: post_norm,
+            }),
         )?;
-        linear(
+        linear_then(
             gpu,
             &layer.gate_up,
             x,
-            Some((layer.post_norm.ptr, d.rms_eps)),
+            post_norm,
             Act::SwigluPairs,
             None,
             ws.gu.ptr,
             d.intermediate,
             &ws.scratch,
+            Some(NextLinear {
+                n: layer.down.n,
+                norm: None,
+            }),
         )?;
         let g = Rows {
             ptr: ws.gu.ptr,
             ld: d.intermediate,
             count: tok.n,
         };
-        linear(
+        let next_qkv = s.layers.get(l + 1).map(|nl| NextLinear {
+            n: nl.qkv.n,
+            norm: Some((nl.input_norm.ptr, d.rms_eps)),
+        });
+        linear_then(
             gpu,
             &layer.down,
             g,
@@ -204,6 +219,7 @@ pub fn run_layers(
             tok.x,
             h,
             &ws.scratch,
+            next_qkv,
         )?;
     }
     Ok(())

@@ -796,6 +796,70 @@ fn persistent_kernels_match_the_launch_path() {
     }
 }
 
+/// A cuBLAS epilogue that also writes the next layer's split bf16 input rows
+/// (`CudaOptions::chain_split`, the default) computes what each layer converting its own
+/// input computes: 20 rows in lock step (every linear layer of the talker step and the
+/// code predictor on cuBLAS, and the batched prefill) give identical sampled codes for 4
+/// frames and the same last-head logits, with the production bf16 caches; on the demo
+/// model and the full-size 1.7B geometry.
+#[test]
+fn chained_split_rows_match_separate_conversion() {
+    let test = "chained_split_rows_match_separate_conversion";
+    let mut models = vec!["demo"];
+    if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_err() {
+        models.push("random:1.7b");
+    }
+    let rows = 20usize;
+    let opts = |chain_split| {
+        let mut o = CudaOptions {
+            chain_split,
+            ..options(false)
+        };
+        o.limits.max_slots = 24;
+        o.limits.max_batch = 32;
+        o
+    };
+    for name in models {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let Some(mut chained) = open_backend(&model, test, opts(true)) else {
+            return;
+        };
+        let mut separate = open_backend(&model, test, opts(false)).unwrap();
+        let voices = ["vivian", "ryan", "eric", "aiden", "serena"];
+        let prompts: Vec<_> = (0..rows)
+            .map(|i| {
+                let mode = if i % 3 == 0 {
+                    TextMode::Stream
+                } else {
+                    TextMode::Prefill
+                };
+                let text = format!("Request {i} of twenty, with words enough for a real prefill.");
+                model
+                    .prompt(&request(&text, Some(voices[i % voices.len()]), mode))
+                    .unwrap()
+            })
+            .collect();
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 40 + i).collect();
+        let (fa, la) = lock_step(&mut chained, &model, &prompts, &seeds, 4);
+        let (fb, lb) = lock_step(&mut separate, &model, &prompts, &seeds, 4);
+        for (f, (a, b)) in la.iter().zip(&lb).enumerate() {
+            let err = rel_err(a, b);
+            assert!(
+                err < 1e-6,
+                "{name}, frame {f}: last-head logits rel err {err}"
+            );
+        }
+        for (r, (a, b)) in fa.iter().zip(&fb).enumerate() {
+            assert_eq!(
+                first_mismatch(a, b),
+                None,
+                "{name}: row {r}'s codes differ (frame, codebook)"
+            );
+        }
+        eprintln!("{test}: {name}, {rows} rows: 4 frames identical");
+    }
+}
+
 /// The GPU for a kernel-level test, or None (printing why) when there is none.
 fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
     match tts_cuda::device::Gpu::open(0) {

@@ -88,6 +88,8 @@ pub fn create_cuda(
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
         cluster_linear: on_unless_zero("QWEN3_TTS_CLUSTER_LINEAR"),
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
+        // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)
+        chain_split: on_unless_zero("QWEN3_TTS_CHAIN_SPLIT"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",
