@@ -251,17 +251,25 @@ __device__ __forceinline__ void decode_attention_body(const float* __restrict__ 
                out + (size_t)t * ldo + h * hd);
 }
 
+// With `xb`, each block also writes its output as split bf16 rows (split_row, no norm)
+// for the O projection, which then needs no to_bf16_rows launch (linear.rs,
+// `chain_attention`): head h at column h*hd of row t, the lo parts T rows further.
 #define DA_ENTRY(NAME, KV)                                                                      \
     extern "C" __global__ void NAME(const float* __restrict__ qkv, int ldq, int T,              \
                                     const int* __restrict__ slots,                              \
                                     const int* __restrict__ positions,                          \
                                     const KV* __restrict__ k_cache,                             \
                                     const KV* __restrict__ v_cache, int max_pos, int heads,     \
-                                    int kvh, int hd, int window, float* out, int ldo) {         \
+                                    int kvh, int hd, int window, float* out, int ldo,           \
+                                    bf16* xb, int ldxb) {                                       \
         pdl_wait();                                                                             \
         pdl_trigger();                                                                          \
         decode_attention_body<KV>(qkv, ldq, T, slots, positions, k_cache, v_cache, max_pos,     \
                                   heads, kvh, hd, window, out, ldo);                            \
+        const int h = blockIdx.x, t = blockIdx.y;                                               \
+        if (xb && t < T)                                                                        \
+            split_row(out + (size_t)t * ldo + h * hd, hd, nullptr, 0.f, xb + h * hd, ldxb, T,   \
+                      t);                                                                       \
     }
 DA_ENTRY(decode_attention, bf16)
 DA_ENTRY(decode_attention_f32, float)
@@ -402,17 +410,24 @@ __device__ __forceinline__ void fused_attention_body(
     }
 }
 
+// With `xb`, as DA_ENTRY: the block's outputs also as split bf16 rows for the O projection
+// (rows * tpr of them).
 #define FA_ENTRY(NAME, KV, SPOS)                                                                \
     extern "C" __global__ void __launch_bounds__(128) NAME(                                    \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
         const int* __restrict__ slots, const int* __restrict__ positions,                       \
         const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,          \
         const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache,            \
-        KV* v_cache, int max_pos, float* out, int ldo) {                                        \
+        KV* v_cache, int max_pos, float* out, int ldo, bf16* xb, int ldxb) {                    \
         fused_attention_body<KV, false, SPOS>(blockIdx.x, blockIdx.y, qkv, ldq, rows, tpr,      \
                                               slots, positions, q_norm, k_norm, eps, inv_freq,  \
                                               heads, kvh, hd, k_cache, v_cache, max_pos, out,   \
                                               ldo);                                             \
+        const int h = blockIdx.x, r = blockIdx.y;                                               \
+        if (xb && r < rows && tpr >= 1 && tpr <= FA_MAXT)                                       \
+            for (int i = 0; i < tpr; i++)                                                       \
+                split_row(out + (size_t)(r * tpr + i) * ldo + h * hd, hd, nullptr, 0.f,         \
+                          xb + h * hd, ldxb, rows * tpr, r * tpr + i);                          \
     }
 FA_ENTRY(fused_attention, bf16, 0)
 FA_ENTRY(fused_attention_f32, float, 0)

@@ -101,6 +101,29 @@ __device__ float row_inv_rms(const float* __restrict__ x, int n, float eps,
     return 1.0f / sqrtf(s / (float)n + eps);
 }
 
+// Row r of the split rows, by the whole block: v = g ⊙ x / sqrt(mean(x²) + eps), or plain
+// x when g is null, split as v = hi + lo with hi = bf16(v) in out row r and lo = bf16(v - hi)
+// in out row rows + r (the GEMM then multiplies both and the epilogue adds them). Plain
+// loads of x: linear_epilogue (ops.cu) and the attention kernels pass a row their own
+// threads have just written.
+__device__ void split_row(const float* x, int K, const float* __restrict__ g, float eps,
+                          bf16* out, int ldo, int rows, int r) {
+    __shared__ float scratch[33];
+    float inv = 1.f;
+    if (g) {
+        float s = 0.f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) s += x[k] * x[k];
+        s = block_sum(s, scratch);
+        inv = 1.0f / sqrtf(s / (float)K + eps);
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        float v = g ? g[k] * (x[k] * inv) : x[k];
+        bf16 hi = f2bf(v);
+        out[(size_t)r * ldo + k] = hi;
+        out[(size_t)(rows + r) * ldo + k] = f2bf(v - bf2f(hi));
+    }
+}
+
 // Programmatic dependent launch (sm_90). The backend launches the kernels of gemv.cu,
 // mma.cu, attention.cu, sampling.cu, embed.cu and ops.cu with the PDL attribute, so one may
 // start while the previous kernel is still finishing. Each of them calls pdl_wait() before

@@ -71,6 +71,10 @@ pub struct CudaOptions {
     /// input rows (norm applied), saving that layer's `to_bf16_rows` launch; off: every
     /// split-row layer converts its own input.
     pub chain_split: bool,
+    /// Let the attention kernels also write their output as the O projection's split bf16
+    /// rows when that projection reads split rows (above 16 rows), saving its
+    /// `to_bf16_rows` launch. Off by default: not yet run on a GPU.
+    pub chain_attention: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -121,6 +125,7 @@ impl Default for CudaOptions {
             cluster_linear: true,
             tile_linear: true,
             chain_split: true,
+            chain_attention: false,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
@@ -240,6 +245,7 @@ impl CudaBackend {
         ws.scratch.paths.cluster &= opts.cluster_linear;
         ws.scratch.paths.tile &= opts.tile_linear;
         ws.scratch.paths.chain_split &= opts.chain_split;
+        ws.scratch.paths.chain_attention = opts.chain_attention;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

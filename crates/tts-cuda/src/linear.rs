@@ -136,10 +136,33 @@ impl GemmScratch {
                 cluster: gpu.clusters,
                 tile: gpu.tiles,
                 chain_split: true,
+                chain_attention: false,
                 ..Default::default()
             },
             split_ready: Cell::new(None),
         })
+    }
+
+    /// Where the attention kernels should write the O projection's input `rows` (width `k`,
+    /// for a layer of `n` outputs) as split bf16 rows: `xb`, when `chain_attention` is on
+    /// and that layer reads split rows. After enqueuing that writer, call
+    /// [`GemmScratch::split_written`] with the same rows.
+    pub(crate) fn split_target(&self, rows: Rows, n: usize, k: usize) -> Option<u64> {
+        (self.paths.chain_attention
+            && rows.count > 0
+            && reads_split_rows(path_for(&self.paths, rows, n, k))
+            && 2 * rows.count * k <= self.xb.len)
+            .then_some(self.xb.ptr)
+    }
+
+    /// Records that the kernel just enqueued wrote `rows` (width `k`, no norm) as split
+    /// rows into `xb`, for the next [`linear`] call only.
+    pub(crate) fn split_written(&self, rows: Rows, k: usize) {
+        self.split_ready.set(Some(SplitRows {
+            x: (rows.ptr, rows.ld, rows.count),
+            k,
+            norm: (0, 0.0),
+        }));
     }
 }
 

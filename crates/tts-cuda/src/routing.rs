@@ -123,6 +123,9 @@ pub struct LinearPaths {
     /// A cuBLAS epilogue writes the split input rows of the layer that reads its output
     /// next, when that layer reads split rows (`linear::linear_then`).
     pub chain_split: bool,
+    /// The attention kernels write the O projection's split input rows when it reads
+    /// split rows (`GemmScratch::split_target`).
+    pub chain_attention: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,

@@ -93,6 +93,22 @@ pub fn run_layers(
             Arg::P(vc),
             Arg::I(kv.max_pos as i32),
         ];
+        // the O projection's input, which the attention kernels may also write as its split
+        // bf16 rows (`GemmScratch::split_target`)
+        let a = Rows {
+            ptr: ws.attn.ptr,
+            ld: qd,
+            count: tok.n,
+        };
+        let whole_rows = match mode {
+            Attention::Fused { tokens_per_row } => tok.n.is_multiple_of(tokens_per_row),
+            Attention::Split => true,
+        };
+        let xb = ws
+            .scratch
+            .split_target(a, layer.o.n, qd)
+            .filter(|_| whole_rows);
+        let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
         match mode {
             Attention::Split => {
                 gpu.launch(
@@ -132,6 +148,8 @@ pub fn run_layers(
                         Arg::I(0),
                         Arg::P(ws.attn.ptr),
                         Arg::I(qd as i32),
+                        split_out[0],
+                        split_out[1],
                     ],
                 )?;
             }
@@ -157,16 +175,15 @@ pub fn run_layers(
                         ],
                         &norm_rope_kv[..],
                         &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
+                        &split_out[..],
                     ]
                     .concat(),
                 )?;
             }
         }
-        let a = Rows {
-            ptr: ws.attn.ptr,
-            ld: qd,
-            count: tok.n,
-        };
+        if xb.is_some() {
+            ws.scratch.split_written(a, qd);
+        }
         // Each of the next three calls is told which layer reads its output next, so a
         // cuBLAS epilogue can write that layer's split input rows (`linear_then`).
         let post_norm = Some((layer.post_norm.ptr, d.rms_eps));

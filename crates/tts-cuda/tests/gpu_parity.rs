@@ -600,6 +600,28 @@ fn side_by_side_stages_match_one_after_the_other() {
     lane.free_slot(s);
 }
 
+/// What [`lock_step`] hands back: each row's frames, the last head's logits per frame.
+type LockStep = (Vec<Vec<[u32; 16]>>, Vec<Vec<f32>>);
+
+/// Asserts that two lock-step runs agree: every row's codes identical, every frame's
+/// last-head logits within `tol` (relative); `what` names the case in the messages.
+fn assert_same_run(what: &str, (fa, la): &LockStep, (fb, lb): &LockStep, tol: f32) {
+    for (f, (a, b)) in la.iter().zip(lb).enumerate() {
+        let err = rel_err(a, b);
+        assert!(
+            err < tol,
+            "{what}, frame {f}: last-head logits rel err {err}"
+        );
+    }
+    for (r, (a, b)) in fa.iter().zip(fb).enumerate() {
+        assert_eq!(
+            first_mismatch(a, b),
+            None,
+            "{what}: row {r}'s codes differ (frame, codebook)"
+        );
+    }
+}
+
 /// `rows` requests prefilled together, then `frames` frames in lock step (code predictor,
 /// talker step); each row's frames, and the last code-predictor head's logits per frame.
 fn lock_step(
@@ -608,7 +630,7 @@ fn lock_step(
     prompts: &[tts_model::Prompt],
     seeds: &[u64],
     frames: usize,
-) -> (Vec<Vec<[u32; 16]>>, Vec<Vec<f32>>) {
+) -> LockStep {
     let slots = prefilled(gpu, model, prompts, seeds);
     let pad = gpu.info().tts_pad_token_id;
     let vocab = model.config.talker.code_predictor.vocab_size;
@@ -671,19 +693,9 @@ fn batched_prefill_matches_one_pass_per_prompt() {
     let seeds = [3u64, 4, 5];
     // twice: cold, then with the prompt heads in the prefix cache
     for round in ["cold", "cached heads"] {
-        let (fa, la) = lock_step(&mut one, &model, &prompts, &seeds, 8);
-        let (fb, lb) = lock_step(&mut batched, &model, &prompts, &seeds, 8);
-        for (r, (a, b)) in fa.iter().zip(&fb).enumerate() {
-            assert_eq!(
-                first_mismatch(a, b),
-                None,
-                "{test} ({round}): row {r} differs at (frame, codebook)"
-            );
-        }
-        for (a, b) in la.iter().zip(&lb) {
-            let e = rel_err(a, b);
-            assert!(e < 1e-3, "{test} ({round}): logits rel err {e}");
-        }
+        let a = lock_step(&mut one, &model, &prompts, &seeds, 8);
+        let b = lock_step(&mut batched, &model, &prompts, &seeds, 8);
+        assert_same_run(&format!("{test} ({round})"), &a, &b, 1e-3);
         eprintln!("{test} ({round}): 3 rows x 8 frames identical");
     }
 }
@@ -777,31 +789,19 @@ fn persistent_kernels_match_the_launch_path() {
                     );
                 }
             }
-            for (f, (a, b)) in la.iter().zip(&lb).enumerate() {
-                let err = rel_err(a, b);
-                assert!(
-                    err < 1e-3,
-                    "{name}, {rows} rows, frame {f}: last-head logits rel err {err}"
-                );
-            }
-            for (r, (a, b)) in fa.iter().zip(&fb).enumerate() {
-                assert_eq!(
-                    first_mismatch(a, b),
-                    None,
-                    "{name}, {rows} rows: row {r}'s codes differ (frame, codebook)"
-                );
-            }
+            assert_same_run(&format!("{name}, {rows} rows"), &(fa, la), &(fb, lb), 1e-3);
             eprintln!("{test}: {name}, {rows} rows: 4 frames identical");
         }
     }
 }
 
 /// A cuBLAS epilogue that also writes the next layer's split bf16 input rows
-/// (`CudaOptions::chain_split`, the default) computes what each layer converting its own
-/// input computes: 20 rows in lock step (every linear layer of the talker step and the
-/// code predictor on cuBLAS, and the batched prefill) give identical sampled codes for 4
-/// frames and the same last-head logits, with the production bf16 caches; on the demo
-/// model and the full-size 1.7B geometry.
+/// (`CudaOptions::chain_split`, the default), and with `chain_attention` the attention
+/// kernels writing the O projection's, compute what each layer converting its own input
+/// computes: 20 rows in lock step (every linear layer of the talker step and the code
+/// predictor on cuBLAS, and the batched prefill) give identical sampled codes for 4 frames
+/// and the same last-head logits, with the production bf16 caches; on the demo model and
+/// the full-size 1.7B geometry.
 #[test]
 fn chained_split_rows_match_separate_conversion() {
     let test = "chained_split_rows_match_separate_conversion";
@@ -810,9 +810,10 @@ fn chained_split_rows_match_separate_conversion() {
         models.push("random:1.7b");
     }
     let rows = 20usize;
-    let opts = |chain_split| {
+    let opts = |chain_split, chain_attention| {
         let mut o = CudaOptions {
             chain_split,
+            chain_attention,
             ..options(false)
         };
         o.limits.max_slots = 24;
@@ -821,10 +822,9 @@ fn chained_split_rows_match_separate_conversion() {
     };
     for name in models {
         let model = Model::load(name, LoadOptions::default()).unwrap();
-        let Some(mut chained) = open_backend(&model, test, opts(true)) else {
+        let Some(mut separate) = open_backend(&model, test, opts(false, false)) else {
             return;
         };
-        let mut separate = open_backend(&model, test, opts(false)).unwrap();
         let voices = ["vivian", "ryan", "eric", "aiden", "serena"];
         let prompts: Vec<_> = (0..rows)
             .map(|i| {
@@ -840,23 +840,14 @@ fn chained_split_rows_match_separate_conversion() {
             })
             .collect();
         let seeds: Vec<u64> = (0..rows as u64).map(|i| 40 + i).collect();
-        let (fa, la) = lock_step(&mut chained, &model, &prompts, &seeds, 4);
-        let (fb, lb) = lock_step(&mut separate, &model, &prompts, &seeds, 4);
-        for (f, (a, b)) in la.iter().zip(&lb).enumerate() {
-            let err = rel_err(a, b);
-            assert!(
-                err < 1e-6,
-                "{name}, frame {f}: last-head logits rel err {err}"
-            );
+        let base = lock_step(&mut separate, &model, &prompts, &seeds, 4);
+        drop(separate);
+        for (label, attention) in [("epilogues", false), ("epilogues and attention", true)] {
+            let mut chained = open_backend(&model, test, opts(true, attention)).unwrap();
+            let run = lock_step(&mut chained, &model, &prompts, &seeds, 4);
+            assert_same_run(&format!("{name}, chained {label}"), &run, &base, 1e-6);
+            eprintln!("{test}: {name}, {rows} rows, chained {label}: 4 frames identical");
         }
-        for (r, (a, b)) in fa.iter().zip(&fb).enumerate() {
-            assert_eq!(
-                first_mismatch(a, b),
-                None,
-                "{name}: row {r}'s codes differ (frame, codebook)"
-            );
-        }
-        eprintln!("{test}: {name}, {rows} rows: 4 frames identical");
     }
 }
 
