@@ -4,6 +4,8 @@
 # after each (stage batch sizes and durations per rate come from their differences).
 # Usage (repository root of the device machine, binary carried in .device-carry/):
 #   RATES="1 10 40" LABEL=a OUT=... [SERVE_ARGS="--urgent-model-stages false"] [BENCH_ARGS=--raw] bash bench/e2e-sweep.sh
+# Stage work per rate window from the snapshots, here afterwards:
+#   cargo run -p tts-bench --example stage_work -- "10 req/s=metrics-1.txt:metrics-10.txt" ...
 # It writes ~5 files per rate, and a device call brings back only a few files from its $OUT:
 # there, set OUT to a scratch folder and PACK=$OUT/<name>.tgz to get them as one archive.
 set -u

@@ -16,6 +16,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod spec;
+pub mod stage_work;
 pub mod stats;
 pub mod stream;
 
