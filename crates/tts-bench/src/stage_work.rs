@@ -8,9 +8,16 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use tts_engine::metrics::{STAGE_BATCH_SIZE, STAGE_DURATION, TIME_TO_FIRST_AUDIO};
+use tts_engine::scheduler::Stage;
 
-/// The stages in the order the engine runs them for a new request; others follow by name.
-const STAGE_ORDER: [&str; 4] = ["prefill", "talker_step", "code_predictor", "codec"];
+/// The stages in the order a frame passes them; stage labels the engine does not name
+/// follow by name.
+const STAGE_ORDER: [Stage; 4] = [
+    Stage::Prefill,
+    Stage::TalkerStep,
+    Stage::CodePredictor,
+    Stage::Codec,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageWorkError {
@@ -170,7 +177,7 @@ impl Window {
             (
                 STAGE_ORDER
                     .iter()
-                    .position(|o| o == n)
+                    .position(|o| o.name() == n)
                     .unwrap_or(usize::MAX),
                 n.clone(),
             )
