@@ -73,7 +73,8 @@ pub struct CudaOptions {
     pub chain_split: bool,
     /// Let the attention kernels also write their output as the O projection's split bf16
     /// rows when that projection reads split rows (above 16 rows), saving its
-    /// `to_bf16_rows` launch. Off by default: not yet run on a GPU.
+    /// `to_bf16_rows` launch (on by default: code predictor -4.5 % and talker step -3 % at
+    /// 32 rows on the H200, same codes); off: the O projection converts its own input.
     pub chain_attention: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
@@ -125,7 +126,7 @@ impl Default for CudaOptions {
             cluster_linear: true,
             tile_linear: true,
             chain_split: true,
-            chain_attention: false,
+            chain_attention: true,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,

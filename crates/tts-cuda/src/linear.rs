@@ -136,7 +136,7 @@ impl GemmScratch {
                 cluster: gpu.clusters,
                 tile: gpu.tiles,
                 chain_split: true,
-                chain_attention: false,
+                chain_attention: true,
                 ..Default::default()
             },
             split_ready: Cell::new(None),

@@ -796,8 +796,8 @@ fn persistent_kernels_match_the_launch_path() {
 }
 
 /// A cuBLAS epilogue that also writes the next layer's split bf16 input rows
-/// (`CudaOptions::chain_split`, the default), and with `chain_attention` the attention
-/// kernels writing the O projection's, compute what each layer converting its own input
+/// (`CudaOptions::chain_split`), and with `chain_attention` the attention kernels writing the
+/// O projection's (both on by default), compute what each layer converting its own input
 /// computes: 20 rows in lock step (every linear layer of the talker step and the code
 /// predictor on cuBLAS, and the batched prefill) give identical sampled codes for 4 frames
 /// and the same last-head logits, with the production bf16 caches; on the demo model and

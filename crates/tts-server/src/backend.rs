@@ -90,8 +90,8 @@ pub fn create_cuda(
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
         // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)
         chain_split: on_unless_zero("QWEN3_TTS_CHAIN_SPLIT"),
-        // the attention kernels write the O projection's split input rows (=1; off by default)
-        chain_attention: std::env::var("QWEN3_TTS_CHAIN_ATTENTION").is_ok_and(|v| v == "1"),
+        // the attention kernels write the O projection's split input rows (0: it converts its own)
+        chain_attention: on_unless_zero("QWEN3_TTS_CHAIN_ATTENTION"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",
