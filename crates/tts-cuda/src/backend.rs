@@ -16,7 +16,7 @@ use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
 
-use crate::codec::{CodecPrecision, DevCodec};
+use crate::codec::{CodecPrecision, DevCodec, ImplicitConv};
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::lane::CpLane;
@@ -46,6 +46,9 @@ pub struct CudaOptions {
     /// The codec's GEMMs of at most 8 steps as exact-f32 GEMV launches (on by default;
     /// off: all on cuBLAS, for comparisons).
     pub codec_small_gemv: bool,
+    /// Which of the codec's f16 convolutions run as one implicit GEMM (im2col folded into
+    /// tensor-core tiles, `kernels/codec_conv.cu`) instead of im2col + cuBLAS.
+    pub codec_implicit: ImplicitConv,
     /// Time the linear-layer kernels on the model's shapes at start-up and route each
     /// batched shape to the fastest (`routing::autotune`); off (the default, and what the
     /// end-to-end results were measured with): the static rule.
@@ -120,6 +123,7 @@ impl Default for CudaOptions {
             codec_precision: CodecPrecision::F16,
             codec_frames_per_call: 16,
             codec_small_gemv: true,
+            codec_implicit: ImplicitConv::default(),
             autotune: false,
             pdl: true,
             lt_linear: false,
@@ -333,6 +337,7 @@ impl CudaBackend {
             )?;
             c.set_precision(&gpu, opts.codec_precision)?;
             c.set_small_gemv(opts.codec_small_gemv);
+            c.set_implicit_conv(opts.codec_implicit);
             Codec::Gpu(Box::new(c))
         } else {
             Codec::Cpu(

@@ -19,7 +19,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use tts_cuda::codec::{bench_decode, CodecPrecision, DevCodec};
+use tts_cuda::codec::{
+    bench_decode, launch_implicit_conv, CodecPrecision, ConvLaunch, DevCodec, ImplicitConv,
+};
 use tts_cuda::device::Gpu;
 use tts_cuda::weights::HostLoader;
 use tts_cuda::CudaError;
@@ -246,17 +248,22 @@ fn release_geometry_matches_the_cpu_reference() {
         .collect();
     let want = cpu_decode(&model, &codes);
     let mut codec = dev_codec(&gpu, &model, 2, 8);
-    // GEMMs of <= 8 steps on the f32 GEMV (the default) and all on cuBLAS
-    for (p, gemv) in [
-        (CodecPrecision::F32, true),
-        (CodecPrecision::Tf32, true),
-        (CodecPrecision::F32, false),
-        (CodecPrecision::Tf32, false),
-        (CodecPrecision::F16, true),
-        (CodecPrecision::F16, false),
+    // GEMMs of <= 8 steps on the f32 GEMV (the default) and all on cuBLAS; the f16
+    // convolutions as implicit GEMMs where they are narrow (the default), always or never
+    use ImplicitConv::{All, Narrow, Off};
+    for (p, gemv, implicit) in [
+        (CodecPrecision::F32, true, Narrow),
+        (CodecPrecision::Tf32, true, Narrow),
+        (CodecPrecision::F32, false, Narrow),
+        (CodecPrecision::Tf32, false, Narrow),
+        (CodecPrecision::F16, true, Narrow),
+        (CodecPrecision::F16, false, Narrow),
+        (CodecPrecision::F16, true, All),
+        (CodecPrecision::F16, true, Off),
     ] {
         codec.set_precision(&gpu, p).expect("precision");
         codec.set_small_gemv(gemv);
+        codec.set_implicit_conv(implicit);
         codec.reset_slot(&gpu, 0).expect("reset");
         codec.reset_slot(&gpu, 1).expect("reset");
         let whole = codec
@@ -276,7 +283,7 @@ fn release_geometry_matches_the_cpu_reference() {
         let (m1, r1) = errors(&whole, &want);
         let (m2, r2) = errors(&chunked, &want);
         eprintln!(
-            "random:1.7b [{p:?}, small GEMV {gemv}]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
+            "random:1.7b [{p:?}, small GEMV {gemv}, implicit {implicit:?}]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
         );
         let (max_tol, rms_tol) = match p {
             CodecPrecision::F32 => (RELEASE_F32_MAX, RELEASE_F32_RMS),
@@ -285,11 +292,11 @@ fn release_geometry_matches_the_cpu_reference() {
         };
         assert!(
             m1 < max_tol && r1 < rms_tol,
-            "whole [{p:?}, small GEMV {gemv}]"
+            "whole [{p:?}, small GEMV {gemv}, implicit {implicit:?}]"
         );
         assert!(
             m2 < max_tol && r2 < rms_tol,
-            "chunked [{p:?}, small GEMV {gemv}]"
+            "chunked [{p:?}, small GEMV {gemv}, implicit {implicit:?}]"
         );
     }
 }
@@ -311,4 +318,194 @@ fn benchmarks_run() {
         "fixture codec, 4 streams x 2 frames: eager {eager:.3} ms, per-shape graphs \
          {cached:.3} ms per call"
     );
+}
+
+/// Seeded uniform values in [lo, hi) (an LCG: test inputs, not statistics).
+fn lcg(mut seed: u64, lo: f32, hi: f32) -> impl FnMut() -> f32 {
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        lo + (hi - lo) * ((seed >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
+
+/// f32 -> f16 -> f32, saturated like the kernels' `f2h_sat`.
+fn f16_round(v: f32) -> f32 {
+    half::f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32()
+}
+
+/// The implicit-GEMM convolution (`kernels/codec_conv.cu`) against a host evaluation of the
+/// same f16 operands: a causal conv (7 taps, dilation 3, SnakeBeta on its input) over a pass
+/// of two rows of uneven length whose first steps reach into the slots' histories, plus a
+/// padding frame; both tile shapes (96 and 128 outputs), beta 0 (over NaN) and 1, input and
+/// output rows wider than the layer. Also the history update the launch writes.
+#[test]
+fn implicit_conv_matches_a_host_reference() {
+    let Some(gpu) = gpu_or_skip("implicit_conv_matches_a_host_reference") else {
+        return;
+    };
+    let (cin, ldx, taps, dil, rate) = (64usize, 68usize, 7usize, 3usize, 4usize);
+    let ctx = (taps - 1) * dil;
+    let kk = taps * cin;
+    let ldw = (kk + 1).next_multiple_of(8);
+    // rows: slot 2 (history copy 1) with 3 frames, slot 0 (copy 0) with 2, then a padding
+    // frame; pass metadata as kernels/codec.cu lays it out
+    let (cap_rows, rows) = (4usize, 2usize);
+    let (slots, parity, first, len) = ([2i32, 0], [1i32, 0], [0i32, 3], [3i32, 2]);
+    let frame_row = [0i32, 0, 0, 1, 1, -1];
+    let steps = frame_row.len() * rate;
+    let mut meta = vec![-1i32; 5 * cap_rows];
+    for r in 0..rows {
+        meta[r] = slots[r];
+        meta[cap_rows + r] = parity[r];
+        meta[2 * cap_rows + r] = first[r];
+        meta[3 * cap_rows + r] = len[r];
+        meta[4 * cap_rows + r] = 0;
+    }
+    meta.extend(frame_row);
+    let hist_off = 16usize;
+    let slot_stride = hist_off + 2 * ctx * cin + 8;
+    let mut r = lcg(7, -2.0, 2.0);
+    let x: Vec<f32> = (0..steps * ldx).map(|_| r()).collect();
+    let state: Vec<f32> = (0..3 * slot_stride).map(|_| r()).collect();
+    let mut ra = lcg(8, 0.5, 1.5);
+    let alpha: Vec<f32> = (0..cin).map(|_| ra()).collect();
+    let mut rb = lcg(9, 0.2, 1.0);
+    let inv_beta: Vec<f32> = (0..cin).map(|_| rb()).collect();
+    let act = |v: f32, ch: usize| v + inv_beta[ch] * (alpha[ch] * v).sin().powi(2);
+    let hist = |row: usize| {
+        let base = slots[row] as usize * slot_stride + hist_off;
+        &state[base + parity[row] as usize * ctx * cin..][..ctx * cin]
+    };
+    // the layer input seen by `row` at its local step `src` (< 0: history)
+    let raw = |row: usize, src: isize, ch: usize| {
+        if src >= 0 {
+            x[(first[row] as usize * rate + src as usize) * ldx + ch]
+        } else {
+            hist(row)[(ctx as isize + src) as usize * cin + ch]
+        }
+    };
+
+    let d_x = gpu.upload(&x).expect("x");
+    let d_meta = gpu.upload(&meta).expect("meta");
+    let d_alpha = gpu.upload(&alpha).expect("alpha");
+    let d_inv_beta = gpu.upload(&inv_beta).expect("inv_beta");
+    // the activated input with each row's history before it
+    let d_xh = gpu.zeros::<u16>((steps + rows * ctx) * cin).expect("xh");
+    let mut checked = 0usize;
+    for n in [96usize, 128] {
+        let mut rw = lcg(10 + n as u64, -0.1, 0.1);
+        let w: Vec<f32> = (0..n * ldw)
+            .map(|i| if i % ldw <= kk { f16_round(rw()) } else { 0.0 })
+            .collect();
+        let w_bits: Vec<u16> = w
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect();
+        let d_w = gpu.upload(&w_bits).expect("w");
+        let ldc = n + 4;
+        for beta in [0.0f32, 1.0] {
+            let c0: Vec<f32> = if beta == 0.0 {
+                vec![f32::NAN; steps * ldc]
+            } else {
+                (0..steps * ldc).map(|_| r()).collect()
+            };
+            let d_c = gpu.upload(&c0).expect("c");
+            let d_state = gpu.upload(&state).expect("state");
+            let l = ConvLaunch {
+                x: d_x.ptr,
+                ldx,
+                cin,
+                taps,
+                dil,
+                rate,
+                act: 1,
+                alpha: d_alpha.ptr,
+                inv_beta: d_inv_beta.ptr,
+                state: d_state.ptr,
+                slot_stride,
+                hist: Some(hist_off),
+                meta: d_meta.ptr,
+                cap_rows,
+                steps,
+                rows,
+                xh: d_xh.ptr,
+                w: d_w.ptr,
+                ldw,
+                n,
+                c: d_c.ptr,
+                ldc,
+                beta,
+            };
+            launch_implicit_conv(&gpu, &l).expect("launch");
+            gpu.sync().expect("sync");
+            let c = gpu.read(&d_c, steps * ldc).expect("read c");
+            let new_state = gpu.read(&d_state, state.len()).expect("read state");
+            let mut worst = 0f64;
+            for s in 0..steps {
+                let fr = frame_row[s / rate];
+                if fr < 0 {
+                    continue;
+                }
+                let row = fr as usize;
+                let ls = (s - first[row] as usize * rate) as isize;
+                for o in 0..n {
+                    let (mut sum, mut mag) = (w[o * ldw + kk] as f64, 0f64);
+                    for j in 0..taps {
+                        let src = ls - ((taps - 1 - j) * dil) as isize;
+                        for ch in 0..cin {
+                            let t = f16_round(act(raw(row, src, ch), ch)) as f64
+                                * w[o * ldw + j * cin + ch] as f64;
+                            sum += t;
+                            mag += t.abs();
+                        }
+                    }
+                    let old = if beta == 0.0 {
+                        0.0
+                    } else {
+                        c0[s * ldc + o] as f64
+                    };
+                    let want = beta as f64 * old + sum;
+                    let got = c[s * ldc + o] as f64;
+                    let err = (got - want).abs();
+                    let tol = 1e-3 * (mag + old.abs()) + 1e-5;
+                    assert!(
+                        err <= tol,
+                        "n {n}, beta {beta}: step {s} output {o}: {got} vs {want} (tol {tol:.2e})"
+                    );
+                    worst = worst.max(err / (mag + 1e-12));
+                    checked += 1;
+                }
+                // columns past the layer's outputs are untouched
+                for o in n..ldc {
+                    let (got, was) = (c[s * ldc + o], c0[s * ldc + o]);
+                    assert!(
+                        got == was || (got.is_nan() && was.is_nan()),
+                        "column {o} written"
+                    );
+                }
+            }
+            // the new history (the other copy): the last ctx raw inputs of each row
+            for row in 0..rows {
+                let base = slots[row] as usize * slot_stride + hist_off;
+                let copy = &new_state[base + (1 - parity[row] as usize) * ctx * cin..][..ctx * cin];
+                let end = len[row] as isize * rate as isize;
+                for p in 0..ctx {
+                    for ch in 0..cin {
+                        let want = raw(row, end - ctx as isize + p as isize, ch);
+                        assert_eq!(
+                            copy[p * cin + ch],
+                            want,
+                            "row {row} history step {p} ch {ch}"
+                        );
+                    }
+                }
+            }
+            eprintln!(
+                "implicit conv, {n} outputs, beta {beta}: worst error / sum of |terms| {worst:.2e}"
+            );
+        }
+    }
+    assert!(checked > 0);
 }

@@ -99,6 +99,11 @@ pub fn create_cuda(
             "prompt heads",
         )?,
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
+        // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
+        codec_implicit: parsed_knob(
+            "QWEN3_TTS_CODEC_IMPLICIT",
+            tts_cuda::CudaOptions::default().codec_implicit,
+        )?,
         codec_precision: codec_precision_knob()?,
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights

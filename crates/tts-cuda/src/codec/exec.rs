@@ -3,6 +3,7 @@
 //! here allocates, copies from the host or synchronises, so a pass can be captured in a
 //! CUDA graph.
 
+use super::conv::{self, ConvLaunch, ImplicitConv};
 use super::plan::{fold_into_gemm, Act, Buf, FoldedGemm, Op, Program, Prologue, View};
 use super::state::InputLayout;
 use crate::device::{Arg, DBuf, GemmType, Gpu};
@@ -57,6 +58,8 @@ pub struct GemmMode {
     pub small_gemv: bool,
     /// The GEMMs over an im2col on f16 operands ([`conv_gemm_f16`]).
     pub conv_f16: bool,
+    /// Which of those f16 convolutions run as one implicit GEMM (`conv`) instead.
+    pub implicit: ImplicitConv,
 }
 
 /// Whether `ops[at]` is a convolution's GEMM that cuBLAS runs (not the few-step GEMV)
@@ -168,6 +171,88 @@ fn codec_gemv(
     )
 }
 
+/// What every launch of one pass shares: slot state, pass metadata and row counts.
+#[derive(Debug, Clone, Copy)]
+struct PassCtx {
+    state: u64,
+    slot_stride: usize,
+    meta: u64,
+    cap_rows: usize,
+    rows: usize,
+}
+
+/// The implicit convolution of the im2col at `ops[at]` and its f16 GEMM (`half`), when
+/// `mode` wants it at `steps` steps and the shapes fit.
+fn implicit_conv(
+    gpu: &Gpu,
+    p: &Program,
+    d: &DevBufs,
+    at: usize,
+    (steps, pass): (usize, PassCtx),
+    mode: ImplicitConv,
+    half: bool,
+) -> Option<ConvLaunch> {
+    let (
+        Some(&Op::Im2col {
+            x,
+            ldx,
+            cin,
+            taps,
+            dil,
+            rate,
+            act,
+            hist,
+            col,
+            ..
+        }),
+        Some(&Op::Gemm {
+            w,
+            ldw,
+            m,
+            c,
+            ldc,
+            beta,
+            ..
+        }),
+    ) = (p.ops.get(at), p.ops.get(at + 1))
+    else {
+        return None;
+    };
+    let w16 = d.weights_f16.as_ref()?;
+    let room = 2 * d.scratch[col.buf.index()].len.saturating_sub(col.off);
+    let ok = half
+        && conv::scratch_halves(steps, pass.rows, cin, (taps - 1) * dil) <= room
+        && c.buf != x.buf
+        && conv::fits(cin, ldx, x.off, ldw, w, taps)
+        && conv::wanted(mode, steps, m, gpu.sm_count);
+    let (alpha, inv_beta) = d.act(act);
+    ok.then(|| ConvLaunch {
+        x: d.view(x),
+        ldx,
+        cin,
+        taps,
+        dil,
+        rate,
+        act: act.code(),
+        alpha,
+        inv_beta,
+        state: pass.state,
+        slot_stride: pass.slot_stride,
+        hist,
+        meta: pass.meta,
+        cap_rows: pass.cap_rows,
+        steps,
+        rows: pass.rows,
+        xh: d.view(col),
+        w: w16.at(w),
+        ldw,
+        n: m,
+        c: d.view(c),
+        ldc,
+        beta,
+    })
+}
+
 /// Writes the constant ones/zero columns of the GEMM-output buffers (once, at start-up).
 pub fn init_pads(gpu: &Gpu, p: &Program, d: &DevBufs, frames_cap: usize) -> Result<(), CudaError> {
     for pad in &p.pads {
@@ -217,6 +302,7 @@ pub fn run(
         blas: gemm,
         small_gemv,
         conv_f16,
+        implicit,
     } = mode;
     let half = |at: usize, steps: usize| conv_f16 && conv_gemm_f16(&p.ops, at, steps, small_gemv);
     let meta = d.inputs.at(layout.meta());
@@ -326,11 +412,25 @@ pub fn run(
                 ldcol,
             } => {
                 let steps = frames * rate;
+                // the f16 GEMM after it as one implicit GEMM, when it fits and pays
+                let pass = PassCtx {
+                    state,
+                    slot_stride: stride,
+                    meta,
+                    cap_rows,
+                    rows,
+                };
+                let half_gemm = half(at + 1, steps);
+                if let Some(l) = implicit_conv(gpu, p, d, at, (steps, pass), implicit, half_gemm) {
+                    conv::launch(gpu, &l)?;
+                    folded = true;
+                    continue;
+                }
                 let ctx = (taps - 1) * dil;
                 let hist_blocks = if hist.is_some() { rows * ctx } else { 0 };
                 let (al, ib) = d.act(act);
                 // f16 columns for a GEMM that reads them as f16 (the same buffer, half used)
-                let name = if half(at + 1, steps) {
+                let name = if half_gemm {
                     "codec_im2col_h"
                 } else {
                     "codec_im2col"

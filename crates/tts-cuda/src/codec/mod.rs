@@ -7,14 +7,18 @@
 //! stream: it is split into passes (at most `frames_cap` frames, each slot once), and a
 //! pass is one input copy, 142 ops (kernels of `kernels/codec.cu`; GEMMs on cuBLAS with f32
 //! data, TF32 tensor cores by default, or, at most 8 steps, one exact-f32 GEMV launch of
-//! `kernels/codec_gemv.cu`), and one copy of the PCM back. All buffers are
+//! `kernels/codec_gemv.cu`; with f16 convolutions, the narrow ones of large passes as an
+//! implicit GEMM of `kernels/codec_conv.cu` instead of im2col + cuBLAS), and one copy of
+//! the PCM back. All buffers are
 //! allocated in [`DevCodec::new`], so a pass's launches can be captured in a CUDA graph.
 //!
 //! Files: `layers` (weight re-layout), `plan` (the op list's types), `build` (weights and
 //! op list from the checkpoint), `state` (slot bookkeeping and pass inputs), `exec`
-//! (launches), `emulate` (a plain-Rust run of the op list, tests only).
+//! (launches), `conv` (the implicit-GEMM convolution), `emulate` (a plain-Rust run of the
+//! op list, tests only).
 
 mod build;
+mod conv;
 mod exec;
 pub mod layers;
 mod plan;
@@ -33,6 +37,7 @@ use tts_model::Frame;
 
 use crate::device::{GemmType, Gpu, Graph};
 use crate::error::CudaError;
+pub use conv::{launch as launch_implicit_conv, ConvLaunch, ImplicitConv};
 use exec::{DevBufs, GemmMode};
 use plan::{Buf, Program};
 use state::{InputLayout, Piece, SlotBook};
@@ -54,6 +59,9 @@ pub const KERNELS: &[&str] = &[
     "codec_gemv_m2",
     "codec_gemv_m4",
     "codec_gemv_m8",
+    "codec_act_h",
+    "codec_conv_mma64",
+    "codec_conv_mma32",
 ];
 
 /// Most frames one pass decodes (all rows together); larger calls run as several passes.
@@ -190,6 +198,7 @@ impl DevCodec {
                 blas: GemmType::F32Tf32,
                 small_gemv: true,
                 conv_f16: false,
+                implicit: ImplicitConv::default(),
             },
             last_pass: None,
         })
@@ -215,6 +224,14 @@ impl DevCodec {
     /// default) instead of a cuBLAS GEMM; off: every GEMM on cuBLAS, for comparisons.
     pub fn set_small_gemv(&mut self, on: bool) {
         self.gemm.small_gemv = on;
+        self.graphs.clear();
+    }
+
+    /// Which f16 convolutions run as one implicit GEMM (`kernels/codec_conv.cu`) instead
+    /// of im2col + cuBLAS (default [`ImplicitConv::Narrow`]; only with
+    /// [`CodecPrecision::F16`]).
+    pub fn set_implicit_conv(&mut self, mode: ImplicitConv) {
+        self.gemm.implicit = mode;
         self.graphs.clear();
     }
 

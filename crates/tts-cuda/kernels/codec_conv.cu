@@ -1,0 +1,249 @@
+// codec_conv.cu — a causal convolution (or polyphase transposed convolution) of the codec as
+// an implicit GEMM on f16 tensor cores, replacing codec_im2col_h + the cuBLAS f16 GEMM:
+//   C[s][n] = beta·C[s][n] + Σ_{j,i} W[n][j·cin + i] · h(act(x[s - (taps-1-j)·dil][i]))
+//             + W[n][taps·cin]
+// with h = f16 rounding (saturated, as codec_im2col_h), W the f16 weight arena (rows ldw
+// wide: taps·cin weights, the bias, zeros) and f32 accumulation: the same operands as the
+// two-kernel path, summed in another order. Steps before a row's first step come from the
+// slot's history (codec_src), activated on the fly.
+//
+// Two launches:
+//  1. codec_act_h writes the activated input once per value (the im2col computed it once
+//     per tap) as f16 rows of width cin in an extended layout: row r's ctx history steps
+//     (from the slot's history copy `parity`) right before its new steps, so global step s
+//     of row r sits at xe row s + (r+1)·ctx and its history at first_r·rate + r·ctx + p.
+//     Its blocks past those values update the layer's history, as codec_im2col's do.
+//  2. codec_conv_mma{64,32}: block tile 128 steps × BN outputs (warps of 32 × 32), K in
+//     chunks of 32 inside one tap (cin % 32 == 0): tap j of step s is xe row
+//     s + (r+1)·ctx - (taps-1-j)·dil, with no branch for the history. Chunks stream into a
+//     CONV_STAGES-deep ring of shared buffers with cp.async (zero-filled past the pass and
+//     for padding frames) while the warps multiply (ldmatrix + mma.m16n8k16).
+// Needs cin % 32 == 0, ldw % 8 == 0 and 16-byte aligned W rows, x with ldx % 4 == 0 (the
+// host checks and otherwise keeps the im2col path).
+
+#define CONV_BK 32
+// halves per shared row: 80 bytes, so the 8 rows of an ldmatrix hit distinct banks
+#define CONV_LDS 40
+#define CONV_BM 128
+#define CONV_STAGES 4
+
+// Blocks of 256 threads: one float4 of new input each, then one of history each, then
+// nrows·ctx history-update blocks.
+extern "C" __global__ void codec_act_h(const float* __restrict__ x, int ldx, int cin, int taps,
+                                       int dil, int rate, int act,
+                                       const float* __restrict__ alpha,
+                                       const float* __restrict__ inv_beta, float* state,
+                                       int slot_stride, int hist_off,
+                                       const int* __restrict__ meta_p, int R, int steps,
+                                       int nrows, unsigned short* __restrict__ xe) {
+    CodecMeta meta{meta_p, R};
+    const int ctx = (taps - 1) * dil, quads = cin / 4;
+    const size_t n_new = (size_t)steps * quads, n_hist = (size_t)nrows * ctx * quads;
+    const int b_new = (int)((n_new + 255) / 256), b_hist = (int)((n_hist + 255) / 256);
+    const int b = blockIdx.x;
+    if (b >= b_new + b_hist) {
+        codec_hist_update(b - b_new - b_hist, x, ldx, cin, ctx, rate, state, slot_stride,
+                          hist_off, meta, nrows);
+        return;
+    }
+    float v[4];
+    size_t dst;
+    int i;
+    if (b < b_new) {
+        size_t e = (size_t)b * 256 + threadIdx.x;
+        if (e >= n_new) return;
+        size_t s = e / quads;
+        i = (int)(e - s * quads) * 4;
+        int row = meta.frame_row((int)(s / rate));
+        if (row < 0) return;
+        float4 f = *reinterpret_cast<const float4*>(x + s * ldx + i);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        dst = (s + (size_t)(row + 1) * ctx) * cin + i;
+    } else {
+        size_t e = (size_t)(b - b_new) * 256 + threadIdx.x;
+        if (e >= n_hist) return;
+        size_t rp = e / quads;
+        i = (int)(e - rp * quads) * 4;
+        int row = (int)(rp / ctx), p = (int)(rp % ctx);
+        int slot = meta.slot(row);
+        if (slot < 0) return;
+        const float* h = state + (size_t)slot * slot_stride + hist_off +
+                         ((size_t)meta.parity(row) * ctx + p) * cin + i;
+        v[0] = h[0], v[1] = h[1], v[2] = h[2], v[3] = h[3];
+        dst = ((size_t)meta.first(row) * rate + (size_t)row * ctx + p) * cin + i;
+    }
+    unsigned short o[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) o[u] = f2h_sat(codec_act(v[u], act, alpha, inv_beta, i + u));
+    *reinterpret_cast<uint2*>(xe + dst) =
+        make_uint2(o[0] | ((unsigned)o[1] << 16), o[2] | ((unsigned)o[3] << 16));
+}
+
+__device__ __forceinline__ unsigned conv_smem(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
+// 16 bytes global -> shared, zero-filled when `bytes` is 0
+__device__ __forceinline__ void conv_cp16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void conv_ldsm4(unsigned addr, unsigned* r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void conv_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float conv_h2f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+// Dynamic shared memory: CONV_STAGES * (CONV_BM + BN) * CONV_LDS halves.
+template <int BN>
+__device__ __forceinline__ void codec_conv_body(
+    const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,
+    const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W,
+    int ldw, int n_out, float* __restrict__ C, int ldc, float beta) {
+    constexpr int THREADS = BN * 4;               // 64 -> 8 warps (4 x 2), 32 -> 4 (4 x 1)
+    constexpr int A_PER = CONV_BM * 4 / THREADS;  // 16-byte pieces of the steps per thread
+    constexpr int STAGE = (CONV_BM + BN) * CONV_LDS;
+    extern __shared__ __align__(16) unsigned short conv_sm[];
+    CodecMeta meta{meta_p, R};
+    const int ctx = (taps - 1) * dil;
+    const int tiles_n = (n_out + BN - 1) / BN;
+    const int n0 = (blockIdx.x % tiles_n) * BN;
+    const int s0 = (blockIdx.x / tiles_n) * CONV_BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int chunks = taps * cin / CONV_BK;
+
+    // this thread's pieces: step rows tid/4 + q·THREADS/4, columns (tid%4)·8 .. +7 of each
+    // chunk; the xe row of each step (-1: past the pass or a padding frame)
+    const int part = (tid & 3) * 8;
+    long long arow[A_PER];
+#pragma unroll
+    for (int q = 0; q < A_PER; q++) {
+        int s = s0 + (tid >> 2) + q * (THREADS / 4);
+        arow[q] = -1;
+        if (s < steps) {
+            int row = meta.frame_row(s / rate);
+            if (row >= 0) arow[q] = (long long)s + (long long)(row + 1) * ctx;
+        }
+    }
+    const int wn = tid >> 2;
+    const bool wvalid = n0 + wn < n_out;
+    const unsigned short* wrow = W + (size_t)(wvalid ? n0 + wn : 0) * ldw + part;
+    const unsigned sm0 = conv_smem(conv_sm);
+
+    auto issue = [&](int kc) {
+        const int k = kc * CONV_BK;
+        const int j = k / cin;
+        const int c = k - j * cin + part;
+        const long long back = (long long)(taps - 1 - j) * dil;
+        const unsigned st = sm0 + 2 * (kc % CONV_STAGES) * STAGE;
+#pragma unroll
+        for (int q = 0; q < A_PER; q++) {
+            const bool ok = arow[q] >= 0;
+            const unsigned short* src = ok ? xe + (size_t)(arow[q] - back) * cin + c : xe;
+            conv_cp16(st + 2 * (((tid >> 2) + q * (THREADS / 4)) * CONV_LDS + part), src,
+                      ok ? 16 : 0);
+        }
+        conv_cp16(st + 2 * ((CONV_BM + wn) * CONV_LDS + part), wvalid ? wrow + k : W,
+                  wvalid ? 16 : 0);
+    };
+
+    // ldmatrix row addresses (in halves inside one stage). A (steps × k): matrices
+    // (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = fragments a0..a3.
+    // B (outputs × k): (n 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1 of
+    // two n8 tiles.
+    const int wm = warp & 3, wnb = warp >> 2;
+    const int lrow = lane & 7, lmat = lane >> 3;
+    const int a_off = (wm * 32 + (lmat & 1) * 8 + lrow) * CONV_LDS + (lmat >> 1) * 8;
+    const int b_off = (CONV_BM + wnb * 32 + (lmat >> 1) * 8 + lrow) * CONV_LDS + (lmat & 1) * 8;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+            acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
+
+#pragma unroll
+    for (int st = 0; st < CONV_STAGES - 1; st++) {
+        if (st < chunks) issue(st);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int kc = 0; kc < chunks; kc++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(CONV_STAGES - 2) : "memory");
+        __syncthreads();
+        if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const unsigned st = sm0 + 2 * (kc % CONV_STAGES) * STAGE;
+#pragma unroll
+        for (int kk = 0; kk < CONV_BK; kk += 16) {
+            unsigned a[2][4], b[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+                conv_ldsm4(st + 2 * (a_off + mi * 16 * CONV_LDS + kk), a[mi]);
+#pragma unroll
+            for (int np = 0; np < 2; np++)
+                conv_ldsm4(st + 2 * (b_off + np * 16 * CONV_LDS + kk), b[np]);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+                    conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2],
+                             b[ni >> 1][(ni & 1) * 2 + 1]);
+        }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+
+    // c0, c1: step g, outputs 2t, 2t+1; c2, c3: step g + 8. The bias is W's column K.
+    const int g = lane >> 2, t = lane & 3, K = taps * cin;
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int n = n0 + wnb * 32 + ni * 8 + 2 * t + e;
+            if (n >= n_out) continue;
+            const float bias = conv_h2f(W[(size_t)n * ldw + K]);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int so = s0 + wm * 32 + mi * 16 + g + h * 8;
+                    if (so >= steps) continue;
+                    float v = acc[mi][ni][h * 2 + e] + bias;
+                    float* o = C + (size_t)so * ldc + n;
+                    *o = beta != 0.f ? fmaf(beta, *o, v) : v;
+                }
+            }
+        }
+    }
+}
+
+#define CODEC_CONV_ENTRY(NAME, BN)                                                            \
+    extern "C" __global__ void __launch_bounds__(BN * 4) NAME(                                 \
+        const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,          \
+        const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W, \
+        int ldw, int n_out, float* __restrict__ C, int ldc, float beta) {                      \
+        codec_conv_body<BN>(xe, cin, taps, dil, rate, meta_p, R, steps, W, ldw, n_out, C, ldc, \
+                            beta);                                                             \
+    }
+
+// 128 steps × 64 outputs per block (8 warps); × 32 (4 warps) for layers whose width is not
+// a multiple of 64 (the 24 kHz residual units' 96 channels, the last transposed conv's 288)
+CODEC_CONV_ENTRY(codec_conv_mma64, 64)
+CODEC_CONV_ENTRY(codec_conv_mma32, 32)

@@ -1,0 +1,249 @@
+//! A convolution's im2col and f16 GEMM as one implicit GEMM (`kernels/codec_conv.cu`):
+//! `codec_act_h` (the input activated once, as f16, plus the history update) and
+//! `codec_conv_mma*` (tensor-core tiles that build their columns in shared memory). Same
+//! operands as `codec_im2col_h` + the cuBLAS f16 GEMM (f16 inputs after the activation, f16
+//! weights and bias, f32 sums), so the emulation's `F16Conv` rounding describes both.
+
+use crate::device::{Arg, Gpu};
+use crate::error::CudaError;
+
+/// When a convolution whose GEMM runs on f16 operands takes the implicit GEMM.
+///
+/// Measured on the H200 (Nsight Compute, one pass of 2 frames × 32 rows of `random:1.7b`,
+/// `bench/results/2026-12-02-h200-implicit-conv/`): the kernel's own GEMM runs at ~140-170
+/// TFLOP/s where cuBLAS's reach ~470, so it only wins where im2col dominates: the residual
+/// units of the last two blocks (192 and 96 outputs; 24 kHz: 355 -> 205 µs per conv), not
+/// the wide layers (768 outputs: 58 -> 133 µs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImplicitConv {
+    /// Never: im2col + cuBLAS.
+    Off,
+    /// Layers of at most [`NARROW_MAX_OUTPUTS`] outputs whose tiles cover every
+    /// multiprocessor at least once.
+    #[default]
+    Narrow,
+    /// Any width, when its tiles cover every multiprocessor at least once (small passes
+    /// keep cuBLAS, which splits K over more blocks).
+    Large,
+    /// Whenever the shapes fit.
+    All,
+}
+
+/// Widest layer [`ImplicitConv::Narrow`] takes.
+pub const NARROW_MAX_OUTPUTS: usize = 192;
+
+impl std::str::FromStr for ImplicitConv {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "0" | "off" => Ok(Self::Off),
+            "narrow" => Ok(Self::Narrow),
+            "large" => Ok(Self::Large),
+            "all" => Ok(Self::All),
+            other => Err(format!("expected off, narrow, large or all, not {other:?}")),
+        }
+    }
+}
+
+/// Columns of K per stage of the kernel: every chunk lies inside one tap.
+const CHUNK: usize = 32;
+const THREADS: u32 = 256;
+
+/// Device operands of one implicit convolution (pointers are device addresses).
+#[derive(Debug, Clone, Copy)]
+pub struct ConvLaunch {
+    /// Layer input, `steps` rows of `ldx` floats (the first `cin` used).
+    pub x: u64,
+    pub ldx: usize,
+    pub cin: usize,
+    pub taps: usize,
+    pub dil: usize,
+    /// Steps per frame at this layer.
+    pub rate: usize,
+    /// `plan::Act::code` and its per-channel (alpha, inv_beta) pointers (null unless snake).
+    pub act: i32,
+    pub alpha: u64,
+    pub inv_beta: u64,
+    pub state: u64,
+    pub slot_stride: usize,
+    /// Offset of the layer's two history copies in a slot's state (None: no context).
+    pub hist: Option<usize>,
+    /// Pass metadata (`kernels/codec.cu`) and its row capacity.
+    pub meta: u64,
+    pub cap_rows: usize,
+    pub steps: usize,
+    pub rows: usize,
+    /// Scratch for the activated f16 input with each row's history before it:
+    /// [`scratch_halves`] halves.
+    pub xh: u64,
+    /// f16 weights, `n` rows of `ldw` (taps·cin weights, the bias, zeros).
+    pub w: u64,
+    pub ldw: usize,
+    pub n: usize,
+    /// Output, `steps` rows of `ldc` floats; `c = beta·c + conv`.
+    pub c: u64,
+    pub ldc: usize,
+    pub beta: f32,
+}
+
+/// Whether the kernel can take a layer: chunks inside one tap, 16-byte loads of the input
+/// (offset `x_off` and `ldx` in floats) and of the f16 weight rows (`w_off` in elements),
+/// and a bias column.
+pub fn fits(cin: usize, ldx: usize, x_off: usize, ldw: usize, w_off: usize, taps: usize) -> bool {
+    cin.is_multiple_of(CHUNK)
+        && ldx.is_multiple_of(4)
+        && x_off.is_multiple_of(4)
+        && ldw.is_multiple_of(8)
+        && w_off.is_multiple_of(8)
+        && ldw > taps * cin
+}
+
+/// Steps per tile, and shared-memory stages (`CONV_BM`, `CONV_STAGES` of the kernel).
+const TILE_STEPS: usize = 128;
+const STAGES: usize = 4;
+/// Halves per shared-memory row (`CONV_LDS`).
+const LDS: usize = 40;
+
+/// (kernel, outputs per tile) for a layer of `n` outputs; the block has 4 threads per output.
+fn tiling(n: usize) -> (&'static str, usize) {
+    if n.is_multiple_of(64) {
+        ("codec_conv_mma64", 64)
+    } else {
+        ("codec_conv_mma32", 32)
+    }
+}
+
+/// Dynamic shared memory of a block with `bn` outputs per tile.
+fn smem_bytes(bn: usize) -> usize {
+    STAGES * (TILE_STEPS + bn) * LDS * 2
+}
+
+/// f16 values the activated input of a pass takes: its steps and each row's history.
+pub fn scratch_halves(steps: usize, rows: usize, cin: usize, ctx: usize) -> usize {
+    (steps + rows * ctx) * cin
+}
+
+/// The implicit GEMM's blocks for `steps` steps of `n` outputs.
+pub fn tiles(steps: usize, n: usize) -> usize {
+    let (_, bn) = tiling(n);
+    steps.div_ceil(TILE_STEPS) * n.div_ceil(bn)
+}
+
+/// Whether `mode` sends a fitting layer of `steps` steps and `n` outputs to the kernel.
+pub fn wanted(mode: ImplicitConv, steps: usize, n: usize, sm_count: u32) -> bool {
+    match mode {
+        ImplicitConv::Off => false,
+        ImplicitConv::Narrow => n <= NARROW_MAX_OUTPUTS && tiles(steps, n) >= sm_count as usize,
+        ImplicitConv::Large => tiles(steps, n) >= sm_count as usize,
+        ImplicitConv::All => true,
+    }
+}
+
+fn i(v: usize) -> Arg {
+    Arg::I(v as i32)
+}
+
+/// Enqueues the two launches of one convolution (shapes already checked with [`fits`];
+/// sizes were checked against `i32::MAX` when the codec was built).
+pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<(), CudaError> {
+    if l.steps == 0 {
+        return Ok(());
+    }
+    let ctx = (l.taps - 1) * l.dil;
+    let hist_blocks = if l.hist.is_some() { l.rows * ctx } else { 0 };
+    let hist = Arg::I(l.hist.map_or(-1, |h| h as i32));
+    let quads = l.cin / 4;
+    let act_blocks = (l.steps * quads).div_ceil(THREADS as usize)
+        + (l.rows * ctx * quads).div_ceil(THREADS as usize);
+    gpu.launch(
+        "codec_act_h",
+        ((act_blocks + hist_blocks) as u32, 1, 1),
+        THREADS,
+        &[
+            Arg::P(l.x),
+            i(l.ldx),
+            i(l.cin),
+            i(l.taps),
+            i(l.dil),
+            i(l.rate),
+            Arg::I(l.act),
+            Arg::P(l.alpha),
+            Arg::P(l.inv_beta),
+            Arg::P(l.state),
+            i(l.slot_stride),
+            hist,
+            Arg::P(l.meta),
+            i(l.cap_rows),
+            i(l.steps),
+            i(l.rows),
+            Arg::P(l.xh),
+        ],
+    )?;
+    let (name, bn) = tiling(l.n);
+    let smem = smem_bytes(bn);
+    gpu.allow_dynamic_smem(name, smem)?;
+    gpu.launch_with(
+        name,
+        (tiles(l.steps, l.n) as u32, 1, 1),
+        4 * bn as u32,
+        smem as u32,
+        &[
+            Arg::P(l.xh),
+            i(l.cin),
+            i(l.taps),
+            i(l.dil),
+            i(l.rate),
+            Arg::P(l.meta),
+            i(l.cap_rows),
+            i(l.steps),
+            Arg::P(l.w),
+            i(l.ldw),
+            i(l.n),
+            Arg::P(l.c),
+            i(l.ldc),
+            Arg::F(l.beta),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiling_follows_the_layer_width() {
+        assert_eq!(tiling(768), ("codec_conv_mma64", 64));
+        assert_eq!(tiling(96), ("codec_conv_mma32", 32));
+        assert_eq!(tiles(122_880, 96), 960 * 3);
+        assert!(smem_bytes(64) <= 227 * 1024);
+        assert_eq!(tiles(64, 768), 12);
+        assert!(!wanted(ImplicitConv::Large, 64, 768, 132));
+        assert!(wanted(ImplicitConv::Narrow, 122_880, 96, 132));
+        assert!(wanted(ImplicitConv::Narrow, 40_960, 192, 132));
+        assert!(!wanted(ImplicitConv::Narrow, 40_960, 768, 132), "wide");
+        assert!(!wanted(ImplicitConv::Narrow, 3_840, 96, 132), "few tiles");
+        assert!(wanted(ImplicitConv::Large, 122_880, 96, 132));
+        assert!(wanted(ImplicitConv::All, 64, 768, 132));
+        assert!(!wanted(ImplicitConv::Off, 122_880, 96, 132));
+    }
+
+    #[test]
+    fn parses_the_knob() {
+        assert_eq!("0".parse(), Ok(ImplicitConv::Off));
+        assert_eq!("Large".parse(), Ok(ImplicitConv::Large));
+        assert_eq!("narrow".parse(), Ok(ImplicitConv::Narrow));
+        assert_eq!("all".parse(), Ok(ImplicitConv::All));
+        assert!("sometimes".parse::<ImplicitConv>().is_err());
+    }
+
+    #[test]
+    fn fits_needs_whole_chunks_and_aligned_rows() {
+        assert!(fits(96, 96, 0, 680, 0, 7));
+        assert!(!fits(48, 48, 0, 344, 0, 7), "cin not a multiple of 32");
+        assert!(!fits(96, 98, 0, 680, 0, 7), "ldx");
+        assert!(!fits(96, 96, 2, 680, 0, 7), "input offset");
+        assert!(!fits(96, 96, 0, 676, 0, 7), "ldw");
+        assert!(!fits(96, 96, 0, 672, 0, 7), "no bias column");
+    }
+}
