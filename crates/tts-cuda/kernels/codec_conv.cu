@@ -17,7 +17,9 @@
 //     chunks of 32 inside one tap (cin % 32 == 0): tap j of step s is xe row
 //     s + (r+1)·ctx - (taps-1-j)·dil, with no branch for the history. Chunks stream into a
 //     CONV_STAGES-deep ring of shared buffers with cp.async (zero-filled past the pass and
-//     for padding frames) while the warps multiply (ldmatrix + mma.m16n8k16).
+//     for padding frames) while the warps multiply (ldmatrix + mma.m16n8k16). The
+//     codec_act_pad that follows a residual unit's conv (SnakeBeta on its output, the ones
+//     column for the next GEMM's bias) can run in its epilogue (`post`).
 // Needs cin % 32 == 0, ldw % 8 == 0 and 16-byte aligned W rows, x with ldx % 4 == 0 (the
 // host checks and otherwise keeps the im2col path).
 
@@ -117,7 +119,8 @@ template <int BN>
 __device__ __forceinline__ void codec_conv_body(
     const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,
     const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W,
-    int ldw, int n_out, float* __restrict__ C, int ldc, float beta) {
+    int ldw, int n_out, float* __restrict__ C, int ldc, float beta, int post,
+    const float* __restrict__ alpha2, const float* __restrict__ inv_beta2) {
     constexpr int THREADS = BN * 4;               // 64 -> 8 warps (4 x 2), 32 -> 4 (4 x 1)
     constexpr int A_PER = CONV_BM * 4 / THREADS;  // 16-byte pieces of the steps per thread
     constexpr int STAGE = (CONV_BM + BN) * CONV_LDS;
@@ -211,7 +214,17 @@ __device__ __forceinline__ void codec_conv_body(
     asm volatile("cp.async.wait_all;" ::: "memory");
 
     // c0, c1: step g, outputs 2t, 2t+1; c2, c3: step g + 8. The bias is W's column K.
+    // post >= 0: what codec_act_pad(post) would do next, fused: the activation applied to
+    // each stored output, and the ones/zero columns n_out..ldc written (by the blocks of
+    // the last output tile).
     const int g = lane >> 2, t = lane & 3, K = taps * cin;
+    if (post >= 0 && n0 + BN >= n_out) {
+        const int pads = ldc - n_out;
+        for (int e = tid; e < CONV_BM * pads; e += THREADS) {
+            const int so = s0 + e / pads, col = n_out + e % pads;
+            if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
+        }
+    }
 #pragma unroll
     for (int ni = 0; ni < 4; ni++) {
 #pragma unroll
@@ -227,7 +240,8 @@ __device__ __forceinline__ void codec_conv_body(
                     if (so >= steps) continue;
                     float v = acc[mi][ni][h * 2 + e] + bias;
                     float* o = C + (size_t)so * ldc + n;
-                    *o = beta != 0.f ? fmaf(beta, *o, v) : v;
+                    v = beta != 0.f ? fmaf(beta, *o, v) : v;
+                    *o = post > 0 ? codec_act(v, post, alpha2, inv_beta2, n) : v;
                 }
             }
         }
@@ -238,9 +252,10 @@ __device__ __forceinline__ void codec_conv_body(
     extern "C" __global__ void __launch_bounds__(BN * 4) NAME(                                 \
         const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,          \
         const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W, \
-        int ldw, int n_out, float* __restrict__ C, int ldc, float beta) {                      \
+        int ldw, int n_out, float* __restrict__ C, int ldc, float beta, int post,              \
+        const float* __restrict__ alpha2, const float* __restrict__ inv_beta2) {               \
         codec_conv_body<BN>(xe, cin, taps, dil, rate, meta_p, R, steps, W, ldw, n_out, C, ldc, \
-                            beta);                                                             \
+                            beta, post, alpha2, inv_beta2);                                    \
     }
 
 // 128 steps × 64 outputs per block (8 warps); × 32 (4 warps) for layers whose width is not

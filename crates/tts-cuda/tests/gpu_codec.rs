@@ -339,7 +339,8 @@ fn f16_round(v: f32) -> f32 {
 /// same f16 operands: a causal conv (7 taps, dilation 3, SnakeBeta on its input) over a pass
 /// of two rows of uneven length whose first steps reach into the slots' histories, plus a
 /// padding frame; both tile shapes (96 and 128 outputs), beta 0 (over NaN) and 1, input and
-/// output rows wider than the layer. Also the history update the launch writes.
+/// output rows wider than the layer, and the following `codec_act_pad` fused into the
+/// epilogue (SnakeBeta on the outputs, ones column). Also the history update it writes.
 #[test]
 fn implicit_conv_matches_a_host_reference() {
     let Some(gpu) = gpu_or_skip("implicit_conv_matches_a_host_reference") else {
@@ -405,7 +406,17 @@ fn implicit_conv_matches_a_host_reference() {
             .collect();
         let d_w = gpu.upload(&w_bits).expect("w");
         let ldc = n + 4;
-        for beta in [0.0f32, 1.0] {
+        // the fused activation of the output (a residual unit's act2), per output channel
+        let mut rp = lcg(20 + n as u64, 0.5, 1.5);
+        let alpha2: Vec<f32> = (0..n).map(|_| rp()).collect();
+        let inv_beta2: Vec<f32> = (0..n).map(|_| 0.4 * rp()).collect();
+        let act2 = |v: f64, o: usize| {
+            let v = v as f32;
+            (v + inv_beta2[o] * (alpha2[o] * v).sin().powi(2)) as f64
+        };
+        let d_alpha2 = gpu.upload(&alpha2).expect("alpha2");
+        let d_inv_beta2 = gpu.upload(&inv_beta2).expect("inv_beta2");
+        for (beta, post) in [(0.0f32, false), (1.0, false), (0.0, true)] {
             let c0: Vec<f32> = if beta == 0.0 {
                 vec![f32::NAN; steps * ldc]
             } else {
@@ -437,6 +448,7 @@ fn implicit_conv_matches_a_host_reference() {
                 c: d_c.ptr,
                 ldc,
                 beta,
+                post: post.then_some((1, d_alpha2.ptr, d_inv_beta2.ptr)),
             };
             launch_implicit_conv(&gpu, &l).expect("launch");
             gpu.sync().expect("sync");
@@ -466,24 +478,35 @@ fn implicit_conv_matches_a_host_reference() {
                     } else {
                         c0[s * ldc + o] as f64
                     };
-                    let want = beta as f64 * old + sum;
+                    let mut want = beta as f64 * old + sum;
+                    let mut tol = 1e-3 * (mag + old.abs()) + 1e-5;
+                    if post {
+                        // the snake's slope is at most 1 + inv_beta2 * alpha2 < 2
+                        want = act2(want, o);
+                        tol = 2.0 * tol + 1e-5 * want.abs();
+                    }
                     let got = c[s * ldc + o] as f64;
                     let err = (got - want).abs();
-                    let tol = 1e-3 * (mag + old.abs()) + 1e-5;
                     assert!(
                         err <= tol,
-                        "n {n}, beta {beta}: step {s} output {o}: {got} vs {want} (tol {tol:.2e})"
+                        "n {n}, beta {beta}, fused act {post}: step {s} output {o}: {got} vs \
+                         {want} (tol {tol:.2e})"
                     );
                     worst = worst.max(err / (mag + 1e-12));
                     checked += 1;
                 }
-                // columns past the layer's outputs are untouched
+                // past the layer's outputs: untouched, or with the fused act_pad the ones
+                // column then zeros
                 for o in n..ldc {
                     let (got, was) = (c[s * ldc + o], c0[s * ldc + o]);
-                    assert!(
-                        got == was || (got.is_nan() && was.is_nan()),
-                        "column {o} written"
-                    );
+                    if post {
+                        assert_eq!(got, if o == n { 1.0 } else { 0.0 }, "pad column {o}");
+                    } else {
+                        assert!(
+                            got == was || (got.is_nan() && was.is_nan()),
+                            "column {o} written"
+                        );
+                    }
                 }
             }
             // the new history (the other copy): the last ctx raw inputs of each row
@@ -503,7 +526,8 @@ fn implicit_conv_matches_a_host_reference() {
                 }
             }
             eprintln!(
-                "implicit conv, {n} outputs, beta {beta}: worst error / sum of |terms| {worst:.2e}"
+                "implicit conv, {n} outputs, beta {beta}, fused act {post}: worst error / \
+                 sum of |terms| {worst:.2e}"
             );
         }
     }

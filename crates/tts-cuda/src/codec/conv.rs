@@ -85,6 +85,10 @@ pub struct ConvLaunch {
     pub c: u64,
     pub ldc: usize,
     pub beta: f32,
+    /// The `codec_act_pad` that would follow, done in the epilogue: its activation
+    /// (`plan::Act::code`, alpha, inv_beta) on every output, then the ones/zero columns
+    /// `n..ldc`.
+    pub post: Option<(i32, u64, u64)>,
 }
 
 /// Whether the kernel can take a layer: chunks inside one tap, 16-byte loads of the input
@@ -203,6 +207,9 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<(), CudaError> {
             Arg::P(l.c),
             i(l.ldc),
             Arg::F(l.beta),
+            Arg::I(l.post.map_or(-1, |p| p.0)),
+            Arg::P(l.post.map_or(0, |p| p.1)),
+            Arg::P(l.post.map_or(0, |p| p.2)),
         ],
     )
 }

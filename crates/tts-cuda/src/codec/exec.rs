@@ -182,7 +182,9 @@ struct PassCtx {
 }
 
 /// The implicit convolution of the im2col at `ops[at]` and its f16 GEMM (`half`), when
-/// `mode` wants it at `steps` steps and the shapes fit.
+/// `mode` wants it at `steps` steps and the shapes fit, with the `ActPad` of its output
+/// that may follow (a residual unit's second activation) folded into its epilogue; and
+/// how many ops after `ops[at]` it covers.
 fn implicit_conv(
     gpu: &Gpu,
     p: &Program,
@@ -191,7 +193,7 @@ fn implicit_conv(
     (steps, pass): (usize, PassCtx),
     mode: ImplicitConv,
     half: bool,
-) -> Option<ConvLaunch> {
+) -> Option<(ConvLaunch, usize)> {
     let (
         Some(&Op::Im2col {
             x,
@@ -226,7 +228,21 @@ fn implicit_conv(
         && conv::fits(cin, ldx, x.off, ldw, w, taps)
         && conv::wanted(mode, steps, m, gpu.sm_count);
     let (alpha, inv_beta) = d.act(act);
-    ok.then(|| ConvLaunch {
+    // codec_act_pad over exactly this output next
+    let post = match p.ops.get(at + 2) {
+        Some(&Op::ActPad {
+            x: px,
+            ld,
+            c: pc,
+            rate: prate,
+            act: pact,
+        }) if px == c && ld == ldc && pc == m && prate == rate => {
+            let (a2, ib2) = d.act(pact);
+            Some((pact.code(), a2, ib2))
+        }
+        _ => None,
+    };
+    let launch = ConvLaunch {
         x: d.view(x),
         ldx,
         cin,
@@ -250,7 +266,9 @@ fn implicit_conv(
         c: d.view(c),
         ldc,
         beta,
-    })
+        post,
+    };
+    ok.then_some((launch, if post.is_some() { 2 } else { 1 }))
 }
 
 /// Writes the constant ones/zero columns of the GEMM-output buffers (once, at start-up).
@@ -309,9 +327,11 @@ pub fn run(
     let codes = d.inputs.at(layout.codes());
     let (state, stride, cap_rows) = (d.state.ptr, p.state_stride, layout.rows);
     let a = &p.attn;
-    let mut folded = false;
+    // ops already covered by a launch that folded them in
+    let mut skip = 0usize;
     for (at, op) in p.ops.iter().enumerate() {
-        if std::mem::take(&mut folded) {
+        if skip > 0 {
+            skip -= 1;
             continue;
         }
         // a few frames: a norm or SwiGLU and the GEMM after it as one GEMV launch
@@ -329,7 +349,7 @@ pub fn run(
                 f.beta,
                 (f.pro.code(), g, p.eps),
             )?;
-            folded = true;
+            skip = 1;
             continue;
         }
         match *op {
@@ -421,9 +441,11 @@ pub fn run(
                     rows,
                 };
                 let half_gemm = half(at + 1, steps);
-                if let Some(l) = implicit_conv(gpu, p, d, at, (steps, pass), implicit, half_gemm) {
+                if let Some((l, covered)) =
+                    implicit_conv(gpu, p, d, at, (steps, pass), implicit, half_gemm)
+                {
                     conv::launch(gpu, &l)?;
-                    folded = true;
+                    skip = covered;
                     continue;
                 }
                 let ctx = (taps - 1) * dil;
