@@ -104,8 +104,9 @@ __device__ float row_inv_rms(const float* __restrict__ x, int n, float eps,
 // Row r of the split rows, by the whole block: v = g ⊙ x / sqrt(mean(x²) + eps), or plain
 // x when g is null, split as v = hi + lo with hi = bf16(v) in out row r and lo = bf16(v - hi)
 // in out row rows + r (the GEMM then multiplies both and the epilogue adds them). Plain
-// loads of x: linear_epilogue (ops.cu) and the attention kernels pass a row their own
-// threads have just written.
+// loads of x (so not row_inv_rms, whose x is __restrict__ and may be read through the
+// non-coherent cache): linear_epilogue (ops.cu) and the attention kernels pass a row their
+// own threads have just written.
 __device__ void split_row(const float* x, int K, const float* __restrict__ g, float eps,
                           bf16* out, int ldo, int rows, int r) {
     __shared__ float scratch[33];

@@ -119,6 +119,16 @@ struct SplitRows {
     norm: (u64, f32),
 }
 
+impl SplitRows {
+    fn new(x: Rows, k: usize, norm: (u64, f32)) -> Self {
+        Self {
+            x: (x.ptr, x.ld, x.count),
+            k,
+            norm,
+        }
+    }
+}
+
 /// The linear layer that reads a call's output rows next (same rows, same count), for
 /// [`linear_then`]: its output width and its fused norm (gain pointer, eps).
 #[derive(Debug, Clone, Copy)]
@@ -148,21 +158,22 @@ impl GemmScratch {
     /// and that layer reads split rows. After enqueuing that writer, call
     /// [`GemmScratch::split_written`] with the same rows.
     pub(crate) fn split_target(&self, rows: Rows, n: usize, k: usize) -> Option<u64> {
-        (self.paths.chain_attention
-            && rows.count > 0
-            && reads_split_rows(path_for(&self.paths, rows, n, k))
-            && 2 * rows.count * k <= self.xb.len)
-            .then_some(self.xb.ptr)
+        (self.paths.chain_attention && self.split_fits(rows, n, k)).then_some(self.xb.ptr)
     }
 
     /// Records that the kernel just enqueued wrote `rows` (width `k`, no norm) as split
     /// rows into `xb`, for the next [`linear`] call only.
     pub(crate) fn split_written(&self, rows: Rows, k: usize) {
-        self.split_ready.set(Some(SplitRows {
-            x: (rows.ptr, rows.ld, rows.count),
-            k,
-            norm: (0, 0.0),
-        }));
+        self.split_ready
+            .set(Some(SplitRows::new(rows, k, (0, 0.0))));
+    }
+
+    /// Whether a layer of `n` outputs over `rows` (width `k`) reads split bf16 rows and
+    /// they fit `xb`: then the kernel before it can write them.
+    fn split_fits(&self, rows: Rows, n: usize, k: usize) -> bool {
+        rows.count > 0
+            && reads_split_rows(path_for(&self.paths, rows, n, k))
+            && 2 * rows.count * k <= self.xb.len
     }
 }
 
@@ -261,12 +272,7 @@ pub fn linear_then(
             l.k
         )));
     }
-    let these = SplitRows {
-        x: (x.ptr, x.ld, m),
-        k: l.k,
-        norm: (norm_p, eps),
-    };
-    if ready != Some(these) {
+    if ready != Some(SplitRows::new(x, l.k, (norm_p, eps))) {
         gpu.launch(
             "to_bf16_rows",
             (m as u32, 1, 1),
@@ -328,16 +334,8 @@ pub fn linear_then(
         count: m,
     };
     let split_next = next
-        .filter(|nx| {
-            scratch.paths.chain_split
-                && reads_split_rows(path_for(&scratch.paths, out, nx.n, out_k))
-                && 2 * m * out_k <= scratch.xb.len
-        })
-        .map(|nx| SplitRows {
-            x: (y, ldy, m),
-            k: out_k,
-            norm: nx.norm.unwrap_or((0, 0.0)),
-        });
+        .filter(|nx| scratch.paths.chain_split && scratch.split_fits(out, nx.n, out_k))
+        .map(|nx| SplitRows::new(out, out_k, nx.norm.unwrap_or((0, 0.0))));
     let (next_g, next_eps, xb) =
         split_next.map_or((0, 0.0, 0), |s| (s.norm.0, s.norm.1, scratch.xb.ptr));
     gpu.launch(

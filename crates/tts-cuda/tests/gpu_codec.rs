@@ -320,16 +320,6 @@ fn benchmarks_run() {
     );
 }
 
-/// Seeded uniform values in [lo, hi) (an LCG: test inputs, not statistics).
-fn lcg(mut seed: u64, lo: f32, hi: f32) -> impl FnMut() -> f32 {
-    move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        lo + (hi - lo) * ((seed >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
-
 /// f32 -> f16 -> f32, saturated like the kernels' `f2h_sat`.
 fn f16_round(v: f32) -> f32 {
     half::f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32()
@@ -367,12 +357,12 @@ fn implicit_conv_matches_a_host_reference() {
     meta.extend(frame_row);
     let hist_off = 16usize;
     let slot_stride = hist_off + 2 * ctx * cin + 8;
-    let mut r = lcg(7, -2.0, 2.0);
+    let mut r = common::uniform(7, -2.0, 2.0);
     let x: Vec<f32> = (0..steps * ldx).map(|_| r()).collect();
     let state: Vec<f32> = (0..3 * slot_stride).map(|_| r()).collect();
-    let mut ra = lcg(8, 0.5, 1.5);
+    let mut ra = common::uniform(8, 0.5, 1.5);
     let alpha: Vec<f32> = (0..cin).map(|_| ra()).collect();
-    let mut rb = lcg(9, 0.2, 1.0);
+    let mut rb = common::uniform(9, 0.2, 1.0);
     let inv_beta: Vec<f32> = (0..cin).map(|_| rb()).collect();
     let act = |v: f32, ch: usize| v + inv_beta[ch] * (alpha[ch] * v).sin().powi(2);
     let hist = |row: usize| {
@@ -396,7 +386,7 @@ fn implicit_conv_matches_a_host_reference() {
     let d_xh = gpu.zeros::<u16>((steps + rows * ctx) * cin).expect("xh");
     let mut checked = 0usize;
     for n in [96usize, 128] {
-        let mut rw = lcg(10 + n as u64, -0.1, 0.1);
+        let mut rw = common::uniform(10 + n as u64, -0.1, 0.1);
         let w: Vec<f32> = (0..n * ldw)
             .map(|i| if i % ldw <= kk { f16_round(rw()) } else { 0.0 })
             .collect();
@@ -407,7 +397,7 @@ fn implicit_conv_matches_a_host_reference() {
         let d_w = gpu.upload(&w_bits).expect("w");
         let ldc = n + 4;
         // the fused activation of the output (a residual unit's act2), per output channel
-        let mut rp = lcg(20 + n as u64, 0.5, 1.5);
+        let mut rp = common::uniform(20 + n as u64, 0.5, 1.5);
         let alpha2: Vec<f32> = (0..n).map(|_| rp()).collect();
         let inv_beta2: Vec<f32> = (0..n).map(|_| 0.4 * rp()).collect();
         let act2 = |v: f64, o: usize| {

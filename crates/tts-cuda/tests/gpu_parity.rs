@@ -710,10 +710,7 @@ fn batched_prefill_matches_one_pass_per_prompt() {
 #[test]
 fn persistent_kernels_match_the_launch_path() {
     let test = "persistent_kernels_match_the_launch_path";
-    let mut models = vec!["demo"];
-    if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_err() {
-        models.push("random:1.7b");
-    }
+    let models = models_to_check();
     for name in models {
         let model = Model::load(name, LoadOptions::default()).unwrap();
         // f32 caches on both sides: with bf16 caches the two paths' f32 rounding
@@ -805,10 +802,7 @@ fn persistent_kernels_match_the_launch_path() {
 #[test]
 fn chained_split_rows_match_separate_conversion() {
     let test = "chained_split_rows_match_separate_conversion";
-    let mut models = vec!["demo"];
-    if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_err() {
-        models.push("random:1.7b");
-    }
+    let models = models_to_check();
     let rows = 20usize;
     let opts = |chain_split, chain_attention| {
         let mut o = CudaOptions {
@@ -851,6 +845,15 @@ fn chained_split_rows_match_separate_conversion() {
     }
 }
 
+/// The demo model, and the full-size 1.7B geometry unless `QWEN3_TTS_SKIP_FULL_SIZE` is set.
+fn models_to_check() -> Vec<&'static str> {
+    let mut models = vec!["demo"];
+    if std::env::var("QWEN3_TTS_SKIP_FULL_SIZE").is_err() {
+        models.push("random:1.7b");
+    }
+    models
+}
+
 /// The GPU for a kernel-level test, or None (printing why) when there is none.
 fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
     match tts_cuda::device::Gpu::open(0) {
@@ -860,16 +863,6 @@ fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
             None
         }
         Err(e) => panic!("{test}: {e}"),
-    }
-}
-
-/// Seeded uniform values in [-1, 1) (an LCG: the tests' inputs, not statistics).
-fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
-    move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 }
 
@@ -887,7 +880,7 @@ fn cublaslt_gemms_match_cublas_gemm_ex() {
     let Some(lt) = gpu.lt.as_ref() else {
         panic!("{test}: cuBLASLt did not open on {}", gpu.name);
     };
-    let mut rnd = uniform(777);
+    let mut rnd = common::uniform(777, -1.0, 1.0);
     let max_cols = 512;
     for (n, k) in [(4096usize, 1024usize), (1024, 2048), (2048, 6144)] {
         let w: Vec<half::bf16> = (0..n * k)
@@ -956,7 +949,7 @@ fn tensor_core_linear_matches_the_gemv() {
     if !gpu.clusters {
         eprintln!("tensor_core_linear_matches_the_gemv: no thread-block clusters on {}: cluster cases not run", gpu.arch);
     }
-    let mut rnd = uniform(12345);
+    let mut rnd = common::uniform(12345, -1.0, 1.0);
     let scratch_for = |p: LinearPath, n: usize, k: usize| {
         let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
         s.paths = LinearPaths::forced(p, gpu.clusters, gpu.tiles);
@@ -1126,7 +1119,7 @@ fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
     let Some(gpu) = open_gpu("fp8_gemv_matches_the_bf16_gemv_on_the_same_weights") else {
         return;
     };
-    let mut rnd = uniform(777);
+    let mut rnd = common::uniform(777, -1.0, 1.0);
     let mut scratch = GemmScratch::new(&gpu, 16, 6144, 4096).unwrap();
     scratch.paths = LinearPaths::forced(LinearPath::Gemv, false, false);
     scratch.paths.fp8_codes = Some(true);

@@ -7,3 +7,14 @@ use std::io::Write;
 pub fn report_skip(msg: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
 }
+
+/// Seeded uniform values in [lo, hi) (an LCG: the tests' inputs, not statistics).
+#[allow(dead_code)] // kernels_compile draws no inputs
+pub fn uniform(mut seed: u64, lo: f32, hi: f32) -> impl FnMut() -> f32 {
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        lo + (hi - lo) * ((seed >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
