@@ -845,6 +845,107 @@ fn chained_split_rows_match_separate_conversion() {
     }
 }
 
+/// Stage calls of 128 rows (the server's largest bucket) keep each request in its own
+/// row: 128 requests, prefilled 8 at a time, then 2 frames in lock step (code predictor,
+/// talker step, twice: the code 0 of both frames is sampled with EOS masked, so no row can
+/// end), once with each call's rows in slot order and once in reverse, with the production
+/// bf16 caches: every request gets identical sampled codes and last-head logits; on the
+/// demo model and the full-size 1.7B geometry. (Calls of different sizes are not compared:
+/// above 16 rows cuBLAS picks its kernel by the batch, so the rounding differs, and on the
+/// 1.7B geometry with bf16 caches 8 of 128 requests sampled a different code somewhere in
+/// the first frame in 64-row calls than in 32-row calls, H200, 2026-12-02.)
+#[test]
+fn stage_calls_of_128_rows_keep_each_request_in_its_row() {
+    let test = "stage_calls_of_128_rows_keep_each_request_in_its_row";
+    let rows = 128usize;
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let mut opts = options(false);
+        opts.limits.max_slots = rows;
+        opts.limits.max_batch = rows;
+        opts.limits.max_positions = 256;
+        // both runs prefill every prompt whole, as the same chunks (no cached heads)
+        opts.prefix_cache = 0;
+        let Some(mut gpu) = open_backend(&model, test, opts) else {
+            return;
+        };
+        let voices = ["vivian", "ryan", "eric", "aiden", "serena"];
+        let prompts: Vec<_> = (0..rows)
+            .map(|i| {
+                let mode = if i % 4 == 0 {
+                    TextMode::Stream
+                } else {
+                    TextMode::Prefill
+                };
+                let text = format!("Row {i} of a full bucket, {} words long.", 5 + i % 7);
+                model
+                    .prompt(&request(&text, Some(voices[i % voices.len()]), mode))
+                    .unwrap()
+            })
+            .collect();
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 900 + i).collect();
+        let forward = lock_step_ordered(&mut gpu, &model, &prompts, &seeds, 2, false);
+        let reverse = lock_step_ordered(&mut gpu, &model, &prompts, &seeds, 2, true);
+        assert_same_run(
+            &format!("{name}, 128 rows reversed"),
+            &reverse,
+            &forward,
+            1e-6,
+        );
+        eprintln!("{test}: {name}, {rows} rows in either order: 2 frames identical");
+    }
+}
+
+/// As [`lock_step`] for one call of all the slots per stage, the prompts prefilled 8 at a
+/// time; with `reverse` each call lists the slots backwards. Frames and logits are in
+/// request order either way.
+fn lock_step_ordered(
+    gpu: &mut CudaBackend,
+    model: &Model,
+    prompts: &[tts_model::Prompt],
+    seeds: &[u64],
+    frames: usize,
+    reverse: bool,
+) -> LockStep {
+    let slots: Vec<_> = prompts
+        .chunks(8)
+        .zip(seeds.chunks(8))
+        .flat_map(|(p, s)| prefilled(gpu, model, p, s))
+        .collect();
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    if reverse {
+        order.reverse();
+    }
+    let call: Vec<_> = order.iter().map(|&i| slots[i]).collect();
+    let pad = gpu.info().tts_pad_token_id;
+    let vocab = model.config.talker.code_predictor.vocab_size;
+    let mut out = vec![Vec::new(); slots.len()];
+    let mut logits = Vec::new();
+    for step in 0..frames {
+        let f = gpu.predict_codes(&call).unwrap();
+        let l = gpu.debug_logits(call.len(), vocab).unwrap();
+        let mut by_request = vec![0f32; l.len()];
+        for (row, (&i, f)) in order.iter().zip(f).enumerate() {
+            out[i].push(f);
+            by_request[i * vocab..(i + 1) * vocab]
+                .copy_from_slice(&l[row * vocab..(row + 1) * vocab]);
+        }
+        logits.push(by_request);
+        let steps: Vec<_> = order
+            .iter()
+            .map(|&i| StepRow {
+                slot: slots[i],
+                text_token: prompts[i].trailing_text.get(step).copied().unwrap_or(pad),
+            })
+            .collect();
+        gpu.talker_step(&steps).unwrap();
+    }
+    for s in slots {
+        gpu.free_slot(s);
+    }
+    (out, logits)
+}
+
 /// The demo model, and the full-size 1.7B geometry unless `QWEN3_TTS_SKIP_FULL_SIZE` is set.
 fn models_to_check() -> Vec<&'static str> {
     let mut models = vec!["demo"];

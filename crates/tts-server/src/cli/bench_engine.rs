@@ -43,6 +43,9 @@ pub struct BenchEngineArgs {
     /// Scheduling profile: latency, balanced or throughput.
     #[arg(long, default_value = "balanced")]
     pub profile: Profile,
+    /// Most rows in one call of a stage, a power of two [the profile's: 128].
+    #[arg(long)]
+    pub max_batch: Option<usize>,
     /// `prefill` or `stream`.
     #[arg(long, default_value = "prefill")]
     pub text_mode: TextMode,
@@ -64,7 +67,13 @@ pub struct BenchEngineArgs {
     pub out: Option<PathBuf>,
 }
 
-pub fn run(a: BenchEngineArgs) -> anyhow::Result<()> {
+pub fn run(mut a: BenchEngineArgs) -> anyhow::Result<()> {
+    if let Some(rows) = a.max_batch {
+        a.profile
+            .policy
+            .set_max_batch(rows)
+            .context("--max-batch")?;
+    }
     anyhow::ensure!(a.rate > 0.0, "--rate must be > 0");
     anyhow::ensure!(
         a.duration > 0.0 && a.warmup >= 0.0,
@@ -97,7 +106,7 @@ pub fn run(a: BenchEngineArgs) -> anyhow::Result<()> {
     };
     let size = BackendSize {
         max_slots: a.slots,
-        max_batch: a.slots.next_power_of_two().min(64),
+        max_batch: a.slots.next_power_of_two().min(a.profile.policy.max_rows()),
         ..BackendSize::default()
     };
     let backend = backend::create_warm(&model, a.device, size)?;

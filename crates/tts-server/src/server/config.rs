@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// balanced].
     #[arg(long, env = "QWEN3_TTS_CODEC_MAX_FRAMES")]
     pub codec_max_frames: Option<usize>,
+    /// Most rows in one call of a stage, a power of two (the largest CUDA graph bucket;
+    /// the backend's is also at most the slots rounded up to a power of two) [128].
+    #[arg(long, env = "QWEN3_TTS_MAX_BATCH")]
+    pub max_batch: Option<usize>,
     /// Requests that may wait for a slot; beyond it 429 with Retry-After [64].
     #[arg(long, env = "QWEN3_TTS_MAX_QUEUE")]
     pub max_queue: Option<usize>,
@@ -130,6 +134,7 @@ pub struct FileConfig {
     pub urgent_model_stages: Option<bool>,
     pub side_by_side: Option<bool>,
     pub codec_max_frames: Option<usize>,
+    pub max_batch: Option<usize>,
     pub max_queue: Option<usize>,
     pub max_slots: Option<usize>,
     pub max_active: Option<usize>,
@@ -304,6 +309,12 @@ impl ServeArgs {
                 .policy
                 .validate()
                 .map_err(|e| invalid("codec_max_frames", e.to_string()))?;
+        }
+        if let Some(rows) = self.max_batch.or(file.max_batch) {
+            profile
+                .policy
+                .set_max_batch(rows)
+                .map_err(|e| invalid("max_batch", e.to_string()))?;
         }
         let secs = |option: &'static str,
                     cli: Option<f64>,
@@ -506,6 +517,19 @@ mod tests {
                 .codec_max_frames,
             160
         );
+        let c = ServeArgs::default()
+            .resolve_with(FileConfig::default())
+            .unwrap();
+        assert_eq!(c.profile.policy.max_rows(), 128);
+        let file: FileConfig = toml::from_str("max_batch = 32\n").unwrap();
+        let c = ServeArgs::default().resolve_with(file).unwrap();
+        assert_eq!(c.profile.policy.max_rows(), 32);
+        let args = ServeArgs {
+            max_batch: Some(100),
+            ..Default::default()
+        };
+        let err = args.resolve_with(FileConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("max_batch"), "{err}");
     }
 
     #[test]

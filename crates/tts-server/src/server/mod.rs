@@ -130,7 +130,9 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
     let slots = share(config.max_slots);
     let size = BackendSize {
         max_slots: slots,
-        max_batch: slots.next_power_of_two().min(64),
+        max_batch: slots
+            .next_power_of_two()
+            .min(config.profile.policy.max_rows()),
         code_predictor_lane: config.profile.policy.side_by_side,
         ..BackendSize::default()
     };
