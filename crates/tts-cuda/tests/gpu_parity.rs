@@ -631,23 +631,50 @@ fn lock_step(
     seeds: &[u64],
     frames: usize,
 ) -> LockStep {
-    let slots = prefilled(gpu, model, prompts, seeds);
+    lock_step_in(gpu, model, prompts, seeds, frames, prompts.len(), false)
+}
+
+/// As [`lock_step`], the prompts prefilled `prefill_rows` at a time, every stage call over
+/// all the slots; with `reverse` each call lists them backwards. Frames and logits are in
+/// request order either way.
+fn lock_step_in(
+    gpu: &mut CudaBackend,
+    model: &Model,
+    prompts: &[tts_model::Prompt],
+    seeds: &[u64],
+    frames: usize,
+    prefill_rows: usize,
+    reverse: bool,
+) -> LockStep {
+    let slots: Vec<_> = prompts
+        .chunks(prefill_rows)
+        .zip(seeds.chunks(prefill_rows))
+        .flat_map(|(p, s)| prefilled(gpu, model, p, s))
+        .collect();
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    if reverse {
+        order.reverse();
+    }
+    let call: Vec<_> = order.iter().map(|&i| slots[i]).collect();
     let pad = gpu.info().tts_pad_token_id;
     let vocab = model.config.talker.code_predictor.vocab_size;
     let mut out = vec![Vec::new(); slots.len()];
     let mut logits = Vec::new();
     for step in 0..frames {
-        let f = gpu.predict_codes(&slots).unwrap();
-        logits.push(gpu.debug_logits(slots.len(), vocab).unwrap());
-        for (o, f) in out.iter_mut().zip(f) {
-            o.push(f);
+        let f = gpu.predict_codes(&call).unwrap();
+        let l = gpu.debug_logits(call.len(), vocab).unwrap();
+        let mut by_request = vec![0f32; l.len()];
+        for (row, (&i, f)) in order.iter().zip(f).enumerate() {
+            out[i].push(f);
+            by_request[i * vocab..(i + 1) * vocab]
+                .copy_from_slice(&l[row * vocab..(row + 1) * vocab]);
         }
-        let steps: Vec<_> = slots
+        logits.push(by_request);
+        let steps: Vec<_> = order
             .iter()
-            .zip(prompts)
-            .map(|(&slot, p)| StepRow {
-                slot,
-                text_token: p.trailing_text.get(step).copied().unwrap_or(pad),
+            .map(|&i| StepRow {
+                slot: slots[i],
+                text_token: prompts[i].trailing_text.get(step).copied().unwrap_or(pad),
             })
             .collect();
         gpu.talker_step(&steps).unwrap();
@@ -656,6 +683,29 @@ fn lock_step(
         gpu.free_slot(s);
     }
     (out, logits)
+}
+
+/// `rows` prompts over five voices, every `stream_every`-th in text-streaming mode, the
+/// rest prefilled whole; `text(i)` is request i's text.
+fn many_prompts(
+    model: &Model,
+    rows: usize,
+    stream_every: usize,
+    text: impl Fn(usize) -> String,
+) -> Vec<tts_model::Prompt> {
+    let voices = ["vivian", "ryan", "eric", "aiden", "serena"];
+    (0..rows)
+        .map(|i| {
+            let mode = if i % stream_every == 0 {
+                TextMode::Stream
+            } else {
+                TextMode::Prefill
+            };
+            model
+                .prompt(&request(&text(i), Some(voices[i % voices.len()]), mode))
+                .unwrap()
+        })
+        .collect()
 }
 
 /// Batched prefill (`CudaOptions::batched_prefill`: the prompts of one call in one pass,
@@ -819,20 +869,9 @@ fn chained_split_rows_match_separate_conversion() {
         let Some(mut separate) = open_backend(&model, test, opts(false, false)) else {
             return;
         };
-        let voices = ["vivian", "ryan", "eric", "aiden", "serena"];
-        let prompts: Vec<_> = (0..rows)
-            .map(|i| {
-                let mode = if i % 3 == 0 {
-                    TextMode::Stream
-                } else {
-                    TextMode::Prefill
-                };
-                let text = format!("Request {i} of twenty, with words enough for a real prefill.");
-                model
-                    .prompt(&request(&text, Some(voices[i % voices.len()]), mode))
-                    .unwrap()
-            })
-            .collect();
+        let prompts = many_prompts(&model, rows, 3, |i| {
+            format!("Request {i} of twenty, with words enough for a real prefill.")
+        });
         let seeds: Vec<u64> = (0..rows as u64).map(|i| 40 + i).collect();
         let base = lock_step(&mut separate, &model, &prompts, &seeds, 4);
         drop(separate);
@@ -869,23 +908,12 @@ fn stage_calls_of_128_rows_keep_each_request_in_its_row() {
         let Some(mut gpu) = open_backend(&model, test, opts) else {
             return;
         };
-        let voices = ["vivian", "ryan", "eric", "aiden", "serena"];
-        let prompts: Vec<_> = (0..rows)
-            .map(|i| {
-                let mode = if i % 4 == 0 {
-                    TextMode::Stream
-                } else {
-                    TextMode::Prefill
-                };
-                let text = format!("Row {i} of a full bucket, {} words long.", 5 + i % 7);
-                model
-                    .prompt(&request(&text, Some(voices[i % voices.len()]), mode))
-                    .unwrap()
-            })
-            .collect();
+        let prompts = many_prompts(&model, rows, 4, |i| {
+            format!("Row {i} of a full bucket, {} words long.", 5 + i % 7)
+        });
         let seeds: Vec<u64> = (0..rows as u64).map(|i| 900 + i).collect();
-        let forward = lock_step_ordered(&mut gpu, &model, &prompts, &seeds, 2, false);
-        let reverse = lock_step_ordered(&mut gpu, &model, &prompts, &seeds, 2, true);
+        let forward = lock_step_in(&mut gpu, &model, &prompts, &seeds, 2, 8, false);
+        let reverse = lock_step_in(&mut gpu, &model, &prompts, &seeds, 2, 8, true);
         assert_same_run(
             &format!("{name}, 128 rows reversed"),
             &reverse,
@@ -894,56 +922,6 @@ fn stage_calls_of_128_rows_keep_each_request_in_its_row() {
         );
         eprintln!("{test}: {name}, {rows} rows in either order: 2 frames identical");
     }
-}
-
-/// As [`lock_step`] for one call of all the slots per stage, the prompts prefilled 8 at a
-/// time; with `reverse` each call lists the slots backwards. Frames and logits are in
-/// request order either way.
-fn lock_step_ordered(
-    gpu: &mut CudaBackend,
-    model: &Model,
-    prompts: &[tts_model::Prompt],
-    seeds: &[u64],
-    frames: usize,
-    reverse: bool,
-) -> LockStep {
-    let slots: Vec<_> = prompts
-        .chunks(8)
-        .zip(seeds.chunks(8))
-        .flat_map(|(p, s)| prefilled(gpu, model, p, s))
-        .collect();
-    let mut order: Vec<usize> = (0..slots.len()).collect();
-    if reverse {
-        order.reverse();
-    }
-    let call: Vec<_> = order.iter().map(|&i| slots[i]).collect();
-    let pad = gpu.info().tts_pad_token_id;
-    let vocab = model.config.talker.code_predictor.vocab_size;
-    let mut out = vec![Vec::new(); slots.len()];
-    let mut logits = Vec::new();
-    for step in 0..frames {
-        let f = gpu.predict_codes(&call).unwrap();
-        let l = gpu.debug_logits(call.len(), vocab).unwrap();
-        let mut by_request = vec![0f32; l.len()];
-        for (row, (&i, f)) in order.iter().zip(f).enumerate() {
-            out[i].push(f);
-            by_request[i * vocab..(i + 1) * vocab]
-                .copy_from_slice(&l[row * vocab..(row + 1) * vocab]);
-        }
-        logits.push(by_request);
-        let steps: Vec<_> = order
-            .iter()
-            .map(|&i| StepRow {
-                slot: slots[i],
-                text_token: prompts[i].trailing_text.get(step).copied().unwrap_or(pad),
-            })
-            .collect();
-        gpu.talker_step(&steps).unwrap();
-    }
-    for s in slots {
-        gpu.free_slot(s);
-    }
-    (out, logits)
 }
 
 /// The demo model, and the full-size 1.7B geometry unless `QWEN3_TTS_SKIP_FULL_SIZE` is set.
