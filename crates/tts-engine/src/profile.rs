@@ -119,9 +119,9 @@ impl Policy {
 
 /// The graph buckets of the CUDA backend. Its largest call is the smallest power of two
 /// holding all its slots, at most 128 rows: on the H200 a talker step of 128 rows costs
-/// 3.04 ms against 2.52 for 64, the code-predictor loop 5.45 against 4.49, and at 77 req/s
-/// end to end that held p95 45 ms without underruns where 64 held up to 73 req/s
-/// (`bench/results/2026-12-02-h200-buckets-128`).
+/// 3.04 ms against 2.52 for 64, the code-predictor loop 5.45 against 4.49; end to end,
+/// 192 slots held p95 < 50 ms without underruns up to 79 req/s with 128 and up to 73 with
+/// 64 (p95 128 ms at 77 req/s; `bench/results/2026-12-02-h200-buckets-128`).
 pub const DEFAULT_BUCKETS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// The largest batch [`Policy::set_max_batch`] accepts (every buffer of a backend is sized
