@@ -4,8 +4,8 @@
 //! `cargo run --release -p tts-engine --example sim_h200 -- <rate> <seconds> <slots> <profile> [prompts] [key=value...]`
 //! Policy overrides after the prompts file: `fill=none|bucket|max`, `codec_fill=...`,
 //! `chunks=1,2,4`, `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`,
-//! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`, `max_batch=64`; stage costs: `jitter=0.1` (random
-//! extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
+//! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`, `max_batch=64`; stage costs:
+//! `jitter=0.1` (random extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
 //! `codec_base_us=`, `prefill_row_us=`, `prefill_base_us=`; `seed=2` (arrivals, texts and jitter).
 
 use std::time::Duration;
