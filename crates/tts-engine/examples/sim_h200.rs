@@ -22,17 +22,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
     let us = Duration::from_micros;
     // Refitted 2026-12-01 to the server's per-call stage durations (`/metrics`) at 1, 10,
-    // 50-65 req/s at 519056f (bench/results/2026-12-01-h200-tiles-f16: code predictor 2.22 /
-    // 2.63 ms at 1.1 / 3.0 rows and 4.17-4.31 ms at 29-40; talker step 1.61 / 2.13 ms at
-    // 1.1 / 3.2 rows and 3.14-3.23 ms at 40-61, longer contexts than the stage benchmark's;
-    // prefill, all the prompts of a call in one pass, 2.78-2.89 ms at 1.0-1.3 prompts).
-    // Codec: 1.2 ms per call + 64 us per decoded frame fitted on 2026-11-29..12-01, the
-    // per-frame part scaled by 0.88 for the f16 convolutions (3.82 / 4.33 ms per 2-frame
-    // pass at 32 rows).
+    // 50-65 req/s at 519056f (bench/results/2026-12-01-h200-tiles-f16: talker step 1.61 /
+    // 2.13 ms at 1.1 / 3.2 rows and 3.14-3.23 ms at 40-61, longer contexts than the stage
+    // benchmark's; prefill, all the prompts of a call in one pass, 2.78-2.89 ms at 1.0-1.3
+    // prompts; codec 1.2 ms per call + 64 us per decoded frame, the per-frame part scaled
+    // by 0.88 for the f16 convolutions). On 2026-12-02 the code predictor's base went from
+    // 1.98 to 1.65 ms (server: 1.91 / 2.32 / 3.41 / 3.83 ms at 1.1 / 2.9 / 15.8 / 45.5 rows,
+    // bench/results/2026-12-02-h200-buckets-128); the simulator then gave p95 22.8 / 42.0 /
+    // 54.8 / 54.9 ms at 40 / 73 / 79 / 81 req/s with 192 slots, against 21.8 / 41.0 / 48.2 /
+    // 56.6 measured. Fitting prefill (2.55-2.58 ms) and the codec (3.80 ms at 79 req/s) to
+    // that run too made it optimistic (p95 33.3 / 40.8 / 44.7 ms at 73 / 79 / 81): the
+    // simulator has no host time between calls, which their higher costs stand in for.
     let mut costs = StageCosts {
         prefill_base: us(2_550),
         prefill_per_row: us(250),
-        code_predictor_base: us(1_980),
+        code_predictor_base: us(1_650),
         code_predictor_per_small_row: us(216),
         code_predictor_per_row: us(15),
         talker_base: us(1_340),
