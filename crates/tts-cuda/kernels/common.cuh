@@ -141,6 +141,22 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Thread-block clusters (sm_90): a barrier over every thread of the cluster, with release /
+// acquire order for shared memory; and the f32 at shared address `a` (this block's view)
+// in block `rank` of the cluster (tile.cu, wide.cu).
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster_rank(unsigned a, unsigned rank) {
+    unsigned r;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r));
+    return v;
+}
+#endif
 // *p, or with CG through L2 only (ld.global.cg): for data other blocks of the same launch
 // may have written before a grid barrier (the persistent kernels), which a cached or
 // non-coherent load could miss.

@@ -52,20 +52,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigne
                  : "r"(addr));
 }
 
-__device__ __forceinline__ void tile_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// f32 at shared address `a` of block `rank` of the cluster.
-__device__ __forceinline__ float tile_ld_rank(unsigned a, unsigned rank) {
-    unsigned r;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r));
-    return v;
-}
-
 // Byte offset of chunk c of row r in a swizzled tile.
 __device__ __forceinline__ unsigned tile_off(int r, int c) {
     return (unsigned)(r * 128 + ((c ^ (r & 7)) << 4));
@@ -199,7 +185,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
     }
     // Block s of the cluster finishes the outputs e = m · 128 + n with e / 256 ≡ s (mod S),
     // each summed over the S partial tiles in rank order.
-    if (S > 1) tile_cluster_sync();
+    if (S > 1) cluster_sync_all();
     const int rows = M < 8 * MT ? M : 8 * MT;
     const unsigned obase = tile_smem_addr(out);
     for (int e0 = s * TILE_THREADS; e0 < TILE_N * rows; e0 += S * TILE_THREADS) {
@@ -213,8 +199,8 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
 #pragma unroll
             for (int p = 0; p < TILE_MAX_SPLITS; p++) {
                 if (p < S) {
-                    pv[p] = S > 1 ? tile_ld_rank(a, p) : out[n * LD + m];
-                    pu[p] = act != 2 ? 0.f : S > 1 ? tile_ld_rank(a + LD * 4, p) : out[(n + 1) * LD + m];
+                    pv[p] = S > 1 ? ld_cluster_rank(a, p) : out[n * LD + m];
+                    pu[p] = act != 2 ? 0.f : S > 1 ? ld_cluster_rank(a + LD * 4, p) : out[(n + 1) * LD + m];
                 }
             }
             float v = 0.f, up = 0.f;
@@ -229,7 +215,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
         }
     }
     // every block's partial tile stays until the whole cluster has read it
-    if (S > 1) tile_cluster_sync();
+    if (S > 1) cluster_sync_all();
 #endif
 }
 

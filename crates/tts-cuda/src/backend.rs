@@ -70,6 +70,11 @@ pub struct CudaOptions {
     /// pipeline, K split over a cluster's blocks; sm_90) where the routing picks it (the
     /// static rule: the talker's gate_up at 9..=16 rows); off: as before.
     pub tile_linear: bool,
+    /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
+    /// each row's result independent of the batch) where the routing picks it (the static
+    /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
+    /// K-slice sum over the cluster dominates, `bench/results/2026-12-02-h200-wide`).
+    pub wide_linear: bool,
     /// Let a batched linear layer's cuBLAS epilogue write the next layer's split bf16
     /// input rows (norm applied), saving that layer's `to_bf16_rows` launch; off: every
     /// split-row layer converts its own input.
@@ -129,6 +134,7 @@ impl Default for CudaOptions {
             lt_linear: false,
             cluster_linear: true,
             tile_linear: true,
+            wide_linear: false,
             chain_split: true,
             chain_attention: true,
             prefix_cache: 64,
@@ -249,6 +255,7 @@ impl CudaBackend {
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
         ws.scratch.paths.tile &= opts.tile_linear;
+        ws.scratch.paths.wide &= opts.wide_linear;
         ws.scratch.paths.chain_split &= opts.chain_split;
         ws.scratch.paths.chain_attention = opts.chain_attention;
         // Persistent kernels only when asked for (built, they would hold device memory).

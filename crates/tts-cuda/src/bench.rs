@@ -373,6 +373,7 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
         LinearPath::Cluster,
         LinearPath::Tile,
     );
+    let wide = |label, m| (label, m, path(LinearPath::Wide).with_wide(gpu.wides));
     let x: crate::device::DBuf<f32> = gpu.upload(&vec![0.01f32; 64 * 6144])?;
     let y: crate::device::DBuf<f32> = gpu.zeros(64 * 12288)?;
     let gain: crate::device::DBuf<f32> = gpu.upload(&vec![1.0f32; 6144])?;
@@ -412,16 +413,20 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("cublasLt", 16, path(cublas)),
             ("cluster", 16, path(cluster)),
             ("tile", 16, path(tile)),
+            wide("wide", 16),
             ("tc", 32, path(tc)),
             ("cublas", 32, path(cublas)),
             ("cublasLt", 32, path(cublas)),
             ("cluster", 32, path(cluster)),
             ("tile", 32, path(tile)),
+            wide("wide", 32),
             ("tc", 64, path(tc)),
             ("cublas", 64, path(cublas)),
             ("cublasLt", 64, path(cublas)),
             ("cluster", 64, path(cluster)),
             ("tile", 64, path(tile)),
+            wide("wide", 64),
+            wide("wide+norm", 32),
         ];
         // cuBLASLt tuned for this shape as the backend tunes it; the plain `cublas` rows
         // run with it off

@@ -17,6 +17,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../kernels/common.cuh")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
+    ("wide.cu", include_str!("../kernels/wide.cu")),
     ("tile.cu", include_str!("../kernels/tile.cu")),
     ("mma_cluster.cu", include_str!("../kernels/mma_cluster.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),

@@ -142,6 +142,9 @@ pub struct Gpu {
     pub clusters: bool,
     /// `tile.cu`'s linear kernels run here, with their shared memory (sm_90 and newer).
     pub tiles: bool,
+    /// `wide.cu`'s linear kernels run here, with their shared memory and clusters (sm_90
+    /// and newer).
+    pub wides: bool,
     /// Name prefixes of kernels left out (`CudaOptions::without_kernels`, a timing ablation).
     pub without: Vec<String>,
 }
@@ -177,7 +180,13 @@ impl Gpu {
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
         let tile_names = crate::linear::TILE_KERNELS.map(|(k, _)| k);
-        for &k in KERNELS.iter().chain(CLUSTER_KERNELS).chain(&tile_names) {
+        let wide_names = crate::linear::WIDE_KERNELS.map(|(k, _, _)| k);
+        for &k in KERNELS
+            .iter()
+            .chain(CLUSTER_KERNELS)
+            .chain(&tile_names)
+            .chain(&wide_names)
+        {
             funcs.insert(k, (module.load_function(k)?, true));
         }
         for &k in crate::codec::KERNELS.iter().chain(PERSISTENT_KERNELS) {
@@ -237,7 +246,18 @@ impl Gpu {
                 crate::linear::TILE_KERNELS.iter().try_for_each(setup),
             )
         };
-        tracing::info!(%name, %arch, clusters, tiles, "CUDA device ready");
+        // wide.cu stages its rows in up to WIDE_SMEM bytes of shared memory
+        let wides = maj >= 9 && {
+            let setup = |k: &&'static str| -> Result<(), CudaError> {
+                funcs[*k].0.set_attribute(
+                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    crate::linear::WIDE_SMEM as i32,
+                )?;
+                Ok(())
+            };
+            usable("wide linear kernels", wide_names.iter().try_for_each(setup))
+        };
+        tracing::info!(%name, %arch, clusters, tiles, wides, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
@@ -252,6 +272,7 @@ impl Gpu {
             sm_count,
             clusters,
             tiles,
+            wides,
             without: Vec::new(),
         })
     }

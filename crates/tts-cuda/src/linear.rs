@@ -17,8 +17,8 @@ use tts_model::fp8::Fp8Rows;
 use crate::device::{Arg, DBuf, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
-    cluster_split, tile_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE, GEMV_MAX_ROWS,
-    MMA_MAX_ROWS, TILE_K, TILE_N,
+    cluster_split, tile_split, wide_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
+    GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
@@ -145,6 +145,7 @@ impl GemmScratch {
             paths: LinearPaths {
                 cluster: gpu.clusters,
                 tile: gpu.tiles,
+                wide: gpu.wides,
                 chain_split: true,
                 chain_attention: true,
                 ..Default::default()
@@ -205,8 +206,9 @@ pub fn linear(
 /// The path `linear` runs `x.count` rows of an `n × k` weight on.
 fn path_for(paths: &LinearPaths, x: Rows, n: usize, k: usize) -> LinearPath {
     let path = paths.choose(x.count, n, k);
-    if path == LinearPath::Cluster && !(x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4)) {
-        // its row copies move 16-byte pieces
+    let cluster_or_wide = matches!(path, LinearPath::Cluster | LinearPath::Wide);
+    if cluster_or_wide && !(x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4)) {
+        // their row loads move 16-byte pieces
         return LinearPath::Cublas;
     }
     path
@@ -263,6 +265,9 @@ pub fn linear_then(
     }
     if path == LinearPath::Cluster {
         return cluster(gpu, l, &call);
+    }
+    if path == LinearPath::Wide {
+        return wide(gpu, l, &call);
     }
     // Each row is split into bf16 hi + lo parts (rows m..2m hold lo), both multiplied and
     // summed: f32-level accuracy from bf16 tensor cores.
@@ -396,6 +401,55 @@ fn tile(gpu: &Gpu, l: &Linear, c: &RowCall, xb: u64) -> Result<(), CudaError> {
     }
 }
 
+/// `wide.cu`'s entry points: (name, row tiles of 8, row groups of 16 outputs per warp).
+pub const WIDE_KERNELS: [(&str, usize, usize); 3] = [
+    ("wide_linear_t2_r1", 2, 1),
+    ("wide_linear_t4_r1", 4, 1),
+    ("wide_linear_t8_r1", 8, 1),
+];
+
+/// Most dynamic shared memory a `wide.cu` block stages its rows in (two blocks fit a
+/// multiprocessor).
+pub const WIDE_SMEM: usize = 100 << 10;
+
+/// Bytes of `wide.cu`'s dynamic shared memory per staged chunk of 32 columns, for `mt`
+/// row tiles of 8: hi + lo parts and the copied rows (64 bytes per 8 columns of a row),
+/// two buffers of gains (256), Σ x² per row (32 per tile).
+pub const fn wide_chunk_smem(mt: usize) -> usize {
+    2080 * mt + 256
+}
+
+/// One launch of `wide.cu` for up to 64 rows: clusters of `wide_split` blocks per output
+/// tile.
+fn wide(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
+    let m = c.x.count;
+    let (splits, rg) = wide_split(l.n, l.k)
+        .ok_or_else(|| CudaError::Shape(format!("wide linear cannot take {}x{}", l.n, l.k)))?;
+    let mt = match m {
+        0..=16 => 2,
+        17..=32 => 4,
+        _ => 8,
+    };
+    let name = WIDE_KERNELS
+        .iter()
+        .find(|&&(_, t, r)| t == mt && r == rg)
+        .filter(|_| m <= MMA_MAX_ROWS)
+        .map(|&(name, _, _)| name)
+        .ok_or_else(|| CudaError::Shape(format!("no wide linear kernel for {m} rows")))?;
+    // chunks of 32 columns staged at a time: the whole slice, or what fits WIDE_SMEM; the
+    // same space later holds the block's partial tile (S > 1)
+    let cps = (l.k / splits / 32).min(WIDE_SMEM / wide_chunk_smem(mt));
+    let smem = (cps * wide_chunk_smem(mt)).max(WIDE_N * rg * (8 * mt + 1) * 4) as u32;
+    let mut args = row_kernel_args(l, c).to_vec();
+    args.push(Arg::I(cps as i32));
+    let grid = (splits as u32, (l.n / (WIDE_N * rg)) as u32, 1);
+    if splits == 1 {
+        gpu.launch_with(name, grid, 256, smem, &args)
+    } else {
+        gpu.launch_cluster(name, grid, 256, smem, splits as u32, &args)
+    }
+}
+
 /// Bytes of dynamic shared memory a cluster linear block takes for rows padded to `tile`
 /// and a K slice of `slice`: the staged rows (64 bytes of padding each), whose space later
 /// holds the partial sums (128 outputs × `tile`).
@@ -429,7 +483,7 @@ fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
     )
 }
 
-/// One call of a row kernel (`gemv.cu`, `mma_cluster.cu`): input rows, the fused norm
+/// One call of a row kernel (`gemv.cu`, `mma_cluster.cu`, `wide.cu`): input rows, the fused norm
 /// (gain pointer or 0, eps), activation, epilogue (bias or 0, residual or 0, its ld) and
 /// the output.
 struct RowCall {
@@ -441,8 +495,8 @@ struct RowCall {
     ldy: usize,
 }
 
-/// The arguments `gemv.cu` and `mma_cluster.cu` share, in their order: weight and shape,
-/// input rows, norm, bias and activation, residual, output, row count.
+/// The arguments `gemv.cu`, `mma_cluster.cu` and `wide.cu` share, in their order: weight
+/// and shape, input rows, norm, bias and activation, residual, output, row count.
 fn row_kernel_args(l: &Linear, c: &RowCall) -> [Arg; 14] {
     let (bias, res, ldr) = c.epilogue;
     [

@@ -34,6 +34,10 @@ pub enum LinearPath {
     /// the blocks of a cluster): up to [`MMA_MAX_ROWS`] rows, shapes [`tile_split`] takes;
     /// sm_90 only.
     Tile,
+    /// `wide.cu`: one launch (norm and epilogue fused, rows staged once per block), up to
+    /// [`MMA_MAX_ROWS`] rows, shapes [`wide_split`] takes; a row's result does not depend
+    /// on the batch.
+    Wide,
 }
 
 /// Whether a GEMV of `m` rows over an FP8 layer of `n` × `k` streams the E4M3 codes
@@ -98,6 +102,36 @@ pub fn tile_split(n: usize, k: usize) -> Option<usize> {
         .or(valid.last().copied())
 }
 
+/// Outputs of one `wide.cu` block per group of 16 a warp owns (8 warps of 16 each).
+pub const WIDE_N: usize = 128;
+
+/// Blocks of `wide.cu` to aim at: two per multiprocessor of the H200 (132), one wave.
+const WIDE_BLOCKS: usize = 192;
+
+/// `wide.cu`'s split of an `n × k` weight: (K slices S, row groups RG of 16 outputs per
+/// warp; 1, the one group the built kernels take). A block owns `WIDE_N · RG` outputs and a K slice of `k / S` (the S blocks of an output tile
+/// form a cluster): the fewest of 1, 2, 4, 8 slices that give [`WIDE_BLOCKS`] blocks with
+/// slices of at least 128 (a multiple of 32), else the most that keep 128. Depends on the
+/// shape only, so a row's sums never depend on the batch. `None`: the kernel cannot take
+/// the shape.
+pub fn wide_split(n: usize, k: usize) -> Option<(usize, usize)> {
+    let rg = 1;
+    if n == 0 || !n.is_multiple_of(WIDE_N * rg) || !k.is_multiple_of(32) {
+        return None;
+    }
+    let tiles = n / (WIDE_N * rg);
+    let valid: Vec<usize> = [1usize, 2, 4, 8]
+        .into_iter()
+        .filter(|&s| s == 1 || (k.is_multiple_of(32 * s) && k / s >= 128))
+        .collect();
+    let s = valid
+        .iter()
+        .copied()
+        .find(|&s| tiles * s >= WIDE_BLOCKS)
+        .or(valid.last().copied())?;
+    Some((s, rg))
+}
+
 /// The rows bucket a measured choice covers (3..=4, 5..=8, 9..=16, 17..=32, 33..=64 rows).
 fn rows_bucket(m: usize) -> Option<usize> {
     match m {
@@ -120,6 +154,8 @@ pub struct LinearPaths {
     pub cluster: bool,
     /// The device runs `tile.cu` ([`LinearPath::Tile`]), and it is wanted.
     pub tile: bool,
+    /// The device runs `wide.cu` ([`LinearPath::Wide`]), and it is wanted.
+    pub wide: bool,
     /// A cuBLAS epilogue writes the split input rows of the layer that reads its output
     /// next, when that layer reads split rows (`linear::linear_then`).
     pub chain_split: bool,
@@ -145,6 +181,11 @@ impl LinearPaths {
         }
     }
 
+    /// The same, with `wide.cu` there (`Gpu::wides`) or not.
+    pub fn with_wide(self, wide: bool) -> Self {
+        Self { wide, ..self }
+    }
+
     /// Whether the GEMV of `m` rows over an FP8 `n × k` layer streams its E4M3 codes.
     pub fn fp8_codes(&self, m: usize, n: usize, k: usize, norm: bool) -> bool {
         m <= FP8_GEMV_MAX_ROWS && self.fp8_codes.unwrap_or_else(|| fp8_gemv(m, n, k, norm))
@@ -162,6 +203,7 @@ impl LinearPaths {
                 self.cluster && cluster_split(n, k).is_some() && m <= MMA_MAX_ROWS
             }
             LinearPath::Tile => self.tile && tile_split(n, k).is_some() && m <= MMA_MAX_ROWS,
+            LinearPath::Wide => self.wide && wide_split(n, k).is_some() && m <= MMA_MAX_ROWS,
         }
     }
 
@@ -179,6 +221,10 @@ impl LinearPaths {
         let tuned = rows_bucket(m).and_then(|b| self.tuned.get(&(n, k, b)).copied());
         if let Some(p) = tuned.filter(|&p| self.fits(p, m, n, k)) {
             return p;
+        }
+        // wide.cu from 17 rows, where it is there
+        if (17..=MMA_MAX_ROWS).contains(&m) && self.fits(LinearPath::Wide, m, n, k) {
+            return LinearPath::Wide;
         }
         // In the talker step (every side >= 2048) the cluster kernel measured slower inside
         // the stage than alone (batch 4: +9 %, batch 16: +12 %): code-predictor shapes only.
@@ -279,6 +325,7 @@ pub fn autotune(
                 LinearPath::TensorCores,
                 LinearPath::Cluster,
                 LinearPath::Tile,
+                LinearPath::Wide,
                 LinearPath::Gemv,
             ] {
                 if !scratch.paths.fits(path, rows, l.n, l.k) {
@@ -439,6 +486,61 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn wide_split_aims_at_192_blocks_with_slices_of_128_or_more() {
+        // 1.7B talker and code-predictor shapes: (n / 128) x splits blocks
+        assert_eq!(wide_split(4096, 2048), Some((8, 1))); // 32 x 8, 256 wide
+        assert_eq!(wide_split(2048, 2048), Some((8, 1))); // 16 x 8: the most
+        assert_eq!(wide_split(12288, 2048), Some((2, 1))); // 96 x 2, 1024 wide
+        assert_eq!(wide_split(2048, 6144), Some((8, 1))); // 16 x 8, 768 wide
+        assert_eq!(wide_split(3072, 2048), Some((8, 1))); // 24 x 8
+        assert_eq!(wide_split(4096, 1024), Some((8, 1))); // 32 x 8, 128 wide
+        assert_eq!(wide_split(1024, 2048), Some((8, 1))); // 8 x 8: the most, 256 wide
+        assert_eq!(wide_split(6144, 1024), Some((4, 1))); // 48 x 4
+        assert_eq!(wide_split(1024, 3072), Some((8, 1))); // 8 x 8, 384 wide
+
+        // slices never under 128 columns: the most splits that keep them, or one
+        assert_eq!(wide_split(16384, 256), Some((2, 1)));
+        assert_eq!(wide_split(1024, 192), Some((1, 1)));
+        // not whole output tiles, or K not in whole 32-wide chunks
+        assert_eq!(wide_split(1000, 2048), None);
+        assert_eq!(wide_split(1024, 1000), None);
+        assert_eq!(wide_split(0, 1024), None);
+        for n in (128..=16384).step_by(128) {
+            for k in [32, 192, 1024, 2048, 3072, 6144] {
+                if let Some((s, rg)) = wide_split(n, k) {
+                    assert!(n.is_multiple_of(WIDE_N * rg), "{n}x{k}");
+                    assert!(
+                        k.is_multiple_of(32 * s) && (s == 1 || k / s >= 128),
+                        "{n}x{k}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_takes_17_to_64_rows_where_it_is_there() {
+        let p = LinearPaths {
+            cluster: true,
+            tile: true,
+            wide: true,
+            ..Default::default()
+        };
+        for (n, k) in [(12288, 2048), (2048, 6144), (1024, 2048), (4096, 1024)] {
+            assert_eq!(p.choose(17, n, k), LinearPath::Wide, "{n}x{k}");
+            assert_eq!(p.choose(64, n, k), LinearPath::Wide, "{n}x{k}");
+            assert_eq!(p.choose(65, n, k), LinearPath::Cublas, "{n}x{k}");
+        }
+        // 16 rows and fewer: as before
+        assert_eq!(p.choose(16, 12288, 2048), LinearPath::Tile);
+        assert_eq!(p.choose(16, 1024, 2048), LinearPath::Cluster);
+        // a shape it cannot take, or without the device support: as before
+        assert_eq!(p.choose(32, 1000, 2048), LinearPath::Cublas);
+        let off = p.clone().with_wide(false);
+        assert_eq!(off.choose(32, 12288, 2048), LinearPath::Cublas);
     }
 
     #[test]

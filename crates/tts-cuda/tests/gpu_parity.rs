@@ -1031,7 +1031,8 @@ fn tensor_core_linear_matches_the_gemv() {
     let mut rnd = common::uniform(12345, -1.0, 1.0);
     let scratch_for = |p: LinearPath, n: usize, k: usize| {
         let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
-        s.paths = LinearPaths::forced(p, gpu.clusters, gpu.tiles);
+        s.paths = LinearPaths::forced(p, gpu.clusters, gpu.tiles)
+            .with_wide(p == LinearPath::Wide && gpu.wides);
         s
     };
     if !gpu.tiles {
@@ -1040,15 +1041,24 @@ fn tensor_core_linear_matches_the_gemv() {
             gpu.arch
         );
     }
-    let (gemv, tc, cublas, cluster, tile) = (
+    if !gpu.wides {
+        eprintln!(
+            "tensor_core_linear_matches_the_gemv: wide.cu does not run on {}: wide cases not run",
+            gpu.arch
+        );
+    }
+    let (gemv, tc, cublas, cluster, tile, wide) = (
         LinearPath::Gemv,
         LinearPath::TensorCores,
         LinearPath::Cublas,
         LinearPath::Cluster,
         LinearPath::Tile,
+        LinearPath::Wide,
     );
     let cluster_rows = [5usize, 9, 16, 17, 33, 64];
     let tile_rows = [1usize, 9, 16, 17, 32, 33, 64];
+    // wide.cu: every row bucket, and (by the shapes below) 1, 2, 8 and 16 K slices
+    let wide_rows = [2usize, 9, 16, 17, 32, 33, 64];
     // (n, k, the non-cluster cases: rows and path)
     type Cases<'a> = &'a [(usize, LinearPath)];
     let shapes: [(usize, usize, Cases); 6] = [
@@ -1081,7 +1091,7 @@ fn tensor_core_linear_matches_the_gemv() {
         let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
         let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
         let reference = scratch_for(gemv, n, k);
-        let by_path: Vec<(LinearPath, GemmScratch)> = [tc, cublas, cluster, tile]
+        let by_path: Vec<(LinearPath, GemmScratch)> = [tc, cublas, cluster, tile, wide]
             .into_iter()
             .map(|p| (p, scratch_for(p, n, k)))
             .collect();
@@ -1092,6 +1102,9 @@ fn tensor_core_linear_matches_the_gemv() {
         }
         if gpu.tiles && tts_cuda::linear::tile_split(n, k).is_some() {
             cluster_cases.extend(tile_rows.iter().map(|&m| (m, tile)));
+        }
+        if gpu.wides && tts_cuda::linear::wide_split(n, k).is_some() {
+            cluster_cases.extend(wide_rows.iter().map(|&m| (m, wide)));
         }
         for &(m, path) in cases.iter().chain(&cluster_cases) {
             let batched = &by_path.iter().find(|(p, _)| *p == path).unwrap().1;
@@ -1153,7 +1166,7 @@ fn tensor_core_linear_matches_the_gemv() {
                     norm.is_some(),
                     batched.paths.choose(m, n, k)
                 );
-                if path == tile && m > 1 {
+                if (path == tile || path == wide) && m > 1 {
                     // the first row alone (another row bucket): the same bits
                     let y1 = gpu.upload(&res[..out_n]).unwrap();
                     let first = Rows {
@@ -1178,7 +1191,7 @@ fn tensor_core_linear_matches_the_gemv() {
                         one.iter()
                             .zip(&a[..out_n])
                             .all(|(p, q)| p.to_bits() == q.to_bits()),
-                        "{n}x{k} m={m} act={act:?}: tile.cu row 0 differs between 1 and {m} rows"
+                        "{n}x{k} m={m} act={act:?}: {path:?} row 0 differs between 1 and {m} rows"
                     );
                 }
             }

@@ -82,12 +82,14 @@ pub fn create_cuda(
         // Measurement knobs (bench/results): programmatic dependent launch off, cuBLASLt
         // tuned at start-up (=1), start-up routing of the batched linear layers by timing
         // them (=1), the batched linear layers
-        // off the cluster kernel or off tile.cu, the codec's few-step GEMMs on cuBLAS.
+        // off the cluster kernel, tile.cu or wide.cu, the codec's few-step GEMMs on cuBLAS.
         pdl: on_unless_zero("QWEN3_TTS_PDL"),
         lt_linear: std::env::var("QWEN3_TTS_LT_LINEAR").is_ok_and(|v| v == "1"),
         autotune: std::env::var("QWEN3_TTS_AUTOTUNE").is_ok_and(|v| v == "1"),
         cluster_linear: on_unless_zero("QWEN3_TTS_CLUSTER_LINEAR"),
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
+        // wide.cu for 17..=64 rows (=1; off by default: slower on the H200)
+        wide_linear: std::env::var("QWEN3_TTS_WIDE_LINEAR").is_ok_and(|v| v == "1"),
         // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)
         chain_split: on_unless_zero("QWEN3_TTS_CHAIN_SPLIT"),
         // the attention kernels write the O projection's split input rows (0: it converts its own)
