@@ -141,6 +141,27 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Asynchronous copies global -> shared (sm_80; tile.cu, wide.cu): the shared-memory address
+// of a generic pointer into shared memory; a 16-byte copy (src_bytes 0 fills the
+// destination with zeros); closing a group of copies; waiting until at most N groups are
+// in flight.
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
 // Thread-block clusters (sm_90): a barrier over every thread of the cluster, with release /
 // acquire order for shared memory; and the f32 at shared address `a` (this block's view)
 // in block `rank` of the cluster (tile.cu, wide.cu).

@@ -27,24 +27,6 @@
 #define TILE_MAX_SPLITS 8  // blocks per cluster (routing::tile_split)
 
 #if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned tile_smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-// 16-byte async copy global -> shared; src_bytes 0 fills the destination with zeros.
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1,
                                             unsigned& r2, unsigned& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -93,7 +75,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
 #if __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char tile_smem[];
     constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
-    const unsigned base = tile_smem_addr(tile_smem);
+    const unsigned base = smem_addr(tile_smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nw = warp & 3, kw = warp >> 2;
     const int S = gridDim.x, s = blockIdx.x;  // s is the block's rank in its cluster
@@ -187,7 +169,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
     // each summed over the S partial tiles in rank order.
     if (S > 1) cluster_sync_all();
     const int rows = M < 8 * MT ? M : 8 * MT;
-    const unsigned obase = tile_smem_addr(out);
+    const unsigned obase = smem_addr(out);
     for (int e0 = s * TILE_THREADS; e0 < TILE_N * rows; e0 += S * TILE_THREADS) {
         const int e = e0 + threadIdx.x;
         const int m = e / TILE_N, n = e - m * TILE_N;

@@ -7,7 +7,8 @@
 // Grid (S, N / NB), 256 threads, NB = 128 RG, clusters of S blocks along x (S = 1: no
 // cluster): block (s, by) owns the outputs by NB .. +NB - 1 (warp w: by NB + 16 RG w ..
 // +16 RG - 1, RG groups of 16 rows of W) and the K slice [s Kb, (s+1) Kb), Kb = K / S (a
-// multiple of 32). S and RG depend on the shape only (`routing::wide_split`).
+// multiple of 32). S depends on the shape only (`routing::wide_split`); the built entries
+// take RG = 1.
 // * Weights: each lane streams 16-byte pieces of its rows straight into mma.m16n8k16 A
 //   fragments, WIDE_U 32-wide chunks ahead (in a chunk, lane group tig holds physical
 //   k = tig*8 .. +7, for W and x alike, as mma.cu); the first chunks are loaded before the
@@ -31,24 +32,13 @@
 #define WIDE_U 4
 #define WIDE_MAX_SPLITS 8  // blocks per cluster (routing::wide_split)
 
-// 16-byte asynchronous copy global -> shared (sm_80); src_bytes 0 writes zeros.
-__device__ __forceinline__ void wide_cp16(void* dst, const void* src, int src_bytes) {
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-#endif
+// Where entry q of a warp's mma fragment (row group r, row tile t) lies: its output row
+// within the warp's 16 RG, and its batch row.
+__device__ __forceinline__ int wide_frag_n(int r, int q, int g) {
+    return 16 * r + g + (q >= 2 ? 8 : 0);
 }
-__device__ __forceinline__ void wide_cp_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wide_cp_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
+__device__ __forceinline__ int wide_frag_m(int t, int q, int tig) {
+    return t * 8 + tig * 2 + (q & 1);
 }
 
 // acc[r][t] += the k-step `half` (0: k = tig*8 + 0..3, 1: + 4..7) of weights w[r] times
@@ -118,17 +108,17 @@ __device__ __forceinline__ void wide_linear_body(
             const int m = t * 8 + (L >> 2), k = k0 + (c0 + c) * 32 + (L & 3) * 8;
             const bool ok = m < M && c0 + c < chunks;
             const float* src = ok ? X + (size_t)m * ldx + k : X;
-            wide_cp16(raw + 2 * e, src, ok ? 16 : 0);
-            wide_cp16(raw + 2 * e + 1, src + 4, ok ? 16 : 0);
+            cp_async16(smem_addr(raw + 2 * e), src, ok ? 16 : 0);
+            cp_async16(smem_addr(raw + 2 * e + 1), src + 4, ok ? 16 : 0);
         }
         if (norm_w) {
             for (int q = threadIdx.x; q < cps * 8; q += blockDim.x) {
                 const bool ok = (c0 * 32 + q * 4) < Kb;
                 const float* src = ok ? norm_w + k0 + c0 * 32 + q * 4 : norm_w;
-                wide_cp16(gbuf + buf * cps * 32 + q * 4, src, ok ? 16 : 0);
+                cp_async16(smem_addr(gbuf + buf * cps * 32 + q * 4), src, ok ? 16 : 0);
             }
         }
-        wide_cp_commit();
+        cp_async_commit();
     };
     // raw (this thread's own entries) -> hl as hi + lo parts of g ⊙ x, and each (row,
     // chunk)'s Σ x²: the lane's 8 squares in order, then the 4 lanes of the row in a
@@ -173,7 +163,7 @@ __device__ __forceinline__ void wide_linear_body(
         }
     };
     issue(0, 0);
-    wide_cp_wait_all();
+    cp_async_wait<0>();
     __syncthreads();  // every copy of the piece, the gains included, has landed
     convert(0);
     if (cps < chunks) issue(cps, 1);  // the next piece's copies run under this one's work
@@ -195,7 +185,7 @@ __device__ __forceinline__ void wide_linear_body(
             if (cl == 0 && c > 0) {
                 const int p = c / cps;
                 __syncthreads();  // every warp is done with the previous piece
-                wide_cp_wait_all();
+                cp_async_wait<0>();
                 __syncthreads();  // this piece's copies (gains too) have landed
                 convert(p & 1);
                 if (c + cps < chunks) issue(c + cps, (p + 1) & 1);
@@ -227,7 +217,43 @@ __device__ __forceinline__ void wide_linear_body(
     pdl_trigger();
     __syncthreads();  // s_sq is complete
 
-    // lane holds D[n][m] for n = nb + 16 r + g (+8 for q >= 2), m = 8 t + 2 tig + (q & 1)
+    // lane holds D[n][m] for n = nb + wide_frag_n(r, q, g), m = wide_frag_m(t, q, tig).
+    // S > 1: each block's partial tile, pt[n - by NB][m] (stride 8 MT + 1), over the staging
+    // space (every warp is past its last read of it: the barrier above).
+    constexpr int LD = MT * 8 + 1;
+    float* pt = (float*)wide_smem;
+#if __CUDA_ARCH__ >= 900
+    if (S > 1) {
+#pragma unroll
+        for (int r = 0; r < RG; r++)
+#pragma unroll
+            for (int t = 0; t < MT; t++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    pt[(warp * 16 * RG + wide_frag_n(r, q, g)) * LD + wide_frag_m(t, q, tig)] =
+                        acc[r][t][q];
+        cluster_sync_all();  // every block's partials (and Σ x²) are in place
+    }
+#endif
+    // each row's 1/rms, from the Σ x² of its slices in rank order
+    if (norm_w && threadIdx.x < M) {
+        float t = s_sq[threadIdx.x];
+#if __CUDA_ARCH__ >= 900
+        if (S > 1) {
+            const unsigned a = smem_addr(s_sq + threadIdx.x);
+            float v[WIDE_MAX_SPLITS];
+#pragma unroll
+            for (int p = 0; p < WIDE_MAX_SPLITS; p++)
+                if (p < S) v[p] = ld_cluster_rank(a, p);
+            t = 0.f;
+#pragma unroll
+            for (int p = 0; p < WIDE_MAX_SPLITS; p++)
+                if (p < S) t += v[p];
+        }
+#endif
+        s_inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + eps);
+    }
+    __syncthreads();
     if (S == 1) {
 #pragma unroll
         for (int r = 0; r < RG; r++)
@@ -238,43 +264,15 @@ __device__ __forceinline__ void wide_linear_body(
                     const float v = acc[r][t][q];
                     // the up row of a SwiGLU pair (n, n+1) is held by lane + 4
                     const float up = __shfl_down_sync(0xffffffffu, v, 4);
-                    const int n = nb + 16 * r + g + (q >= 2 ? 8 : 0);
-                    const int m = t * 8 + tig * 2 + (q & 1);
+                    const int n = nb + wide_frag_n(r, q, g), m = wide_frag_m(t, q, tig);
                     if (m >= M || (act == 2 && (g & 1))) continue;
-                    const float inv = norm_w ? 1.0f / sqrtf(s_sq[m] / (float)K + eps) : 1.f;
+                    const float inv = norm_w ? s_inv[m] : 1.f;
                     linear_store(v * inv, up * inv, n, m, act, bias, res, ldr, Y, ldy);
                 }
         return;
     }
 #if __CUDA_ARCH__ >= 900
-    // The block's partial tile, pt[n - by NB][m] (stride 8 MT + 1), over the staging space
-    // (every warp is past its last read of it: the barrier above).
-    constexpr int LD = MT * 8 + 1;
-    float* pt = (float*)wide_smem;
-#pragma unroll
-    for (int r = 0; r < RG; r++)
-#pragma unroll
-        for (int t = 0; t < MT; t++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int nl = warp * 16 * RG + 16 * r + g + (q >= 2 ? 8 : 0);
-                pt[nl * LD + t * 8 + tig * 2 + (q & 1)] = acc[r][t][q];
-            }
-    cluster_sync_all();  // every block's partials (and Σ x²) are in place
-    const unsigned pbase = (unsigned)__cvta_generic_to_shared(pt);
-    if (norm_w && threadIdx.x < M) {
-        const unsigned a = (unsigned)__cvta_generic_to_shared(s_sq + threadIdx.x);
-        float v[WIDE_MAX_SPLITS];
-#pragma unroll
-        for (int p = 0; p < WIDE_MAX_SPLITS; p++)
-            if (p < S) v[p] = ld_cluster_rank(a, p);
-        float t = 0.f;
-#pragma unroll
-        for (int p = 0; p < WIDE_MAX_SPLITS; p++)
-            if (p < S) t += v[p];
-        s_inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + eps);
-    }
-    __syncthreads();
+    const unsigned pbase = smem_addr(pt);
     const int NB = 128 * RG, n0 = blockIdx.y * NB;
     const int per = act == 2 ? NB / 2 : NB;
     for (int e = s * blockDim.x + threadIdx.x; e < per * M; e += S * blockDim.x) {

@@ -180,7 +180,7 @@ impl Gpu {
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
         let tile_names = crate::linear::TILE_KERNELS.map(|(k, _)| k);
-        let wide_names = crate::linear::WIDE_KERNELS.map(|(k, _, _)| k);
+        let wide_names = crate::linear::WIDE_KERNELS.map(|(k, _)| k);
         for &k in KERNELS
             .iter()
             .chain(CLUSTER_KERNELS)

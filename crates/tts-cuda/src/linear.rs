@@ -401,11 +401,12 @@ fn tile(gpu: &Gpu, l: &Linear, c: &RowCall, xb: u64) -> Result<(), CudaError> {
     }
 }
 
-/// `wide.cu`'s entry points: (name, row tiles of 8, row groups of 16 outputs per warp).
-pub const WIDE_KERNELS: [(&str, usize, usize); 3] = [
-    ("wide_linear_t2_r1", 2, 1),
-    ("wide_linear_t4_r1", 4, 1),
-    ("wide_linear_t8_r1", 8, 1),
+/// `wide.cu`'s entry points: (name, row tiles of 8); each warp owns one group of 16
+/// outputs (`_r1`).
+pub const WIDE_KERNELS: [(&str, usize); 3] = [
+    ("wide_linear_t2_r1", 2),
+    ("wide_linear_t4_r1", 4),
+    ("wide_linear_t8_r1", 8),
 ];
 
 /// Most dynamic shared memory a `wide.cu` block stages its rows in (two blocks fit a
@@ -423,7 +424,7 @@ pub const fn wide_chunk_smem(mt: usize) -> usize {
 /// tile.
 fn wide(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
     let m = c.x.count;
-    let (splits, rg) = wide_split(l.n, l.k)
+    let splits = wide_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("wide linear cannot take {}x{}", l.n, l.k)))?;
     let mt = match m {
         0..=16 => 2,
@@ -432,17 +433,17 @@ fn wide(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
     };
     let name = WIDE_KERNELS
         .iter()
-        .find(|&&(_, t, r)| t == mt && r == rg)
+        .find(|&&(_, t)| t == mt)
         .filter(|_| m <= MMA_MAX_ROWS)
-        .map(|&(name, _, _)| name)
+        .map(|&(name, _)| name)
         .ok_or_else(|| CudaError::Shape(format!("no wide linear kernel for {m} rows")))?;
     // chunks of 32 columns staged at a time: the whole slice, or what fits WIDE_SMEM; the
     // same space later holds the block's partial tile (S > 1)
     let cps = (l.k / splits / 32).min(WIDE_SMEM / wide_chunk_smem(mt));
-    let smem = (cps * wide_chunk_smem(mt)).max(WIDE_N * rg * (8 * mt + 1) * 4) as u32;
+    let smem = (cps * wide_chunk_smem(mt)).max(WIDE_N * (8 * mt + 1) * 4) as u32;
     let mut args = row_kernel_args(l, c).to_vec();
     args.push(Arg::I(cps as i32));
-    let grid = (splits as u32, (l.n / (WIDE_N * rg)) as u32, 1);
+    let grid = (splits as u32, (l.n / WIDE_N) as u32, 1);
     if splits == 1 {
         gpu.launch_with(name, grid, 256, smem, &args)
     } else {
@@ -483,9 +484,9 @@ fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
     )
 }
 
-/// One call of a row kernel (`gemv.cu`, `mma_cluster.cu`, `wide.cu`): input rows, the fused norm
-/// (gain pointer or 0, eps), activation, epilogue (bias or 0, residual or 0, its ld) and
-/// the output.
+/// One call of a row kernel (`gemv.cu`, `mma_cluster.cu`, `wide.cu`): input rows, the
+/// fused norm (gain pointer or 0, eps), activation, epilogue (bias or 0, residual or 0, its
+/// ld) and the output.
 struct RowCall {
     x: Rows,
     norm: (u64, f32),

@@ -102,34 +102,31 @@ pub fn tile_split(n: usize, k: usize) -> Option<usize> {
         .or(valid.last().copied())
 }
 
-/// Outputs of one `wide.cu` block per group of 16 a warp owns (8 warps of 16 each).
+/// Outputs of one `wide.cu` block (8 warps of 16 each).
 pub const WIDE_N: usize = 128;
 
 /// Blocks of `wide.cu` to aim at: two per multiprocessor of the H200 (132), one wave.
 const WIDE_BLOCKS: usize = 192;
 
-/// `wide.cu`'s split of an `n × k` weight: (K slices S, row groups RG of 16 outputs per
-/// warp; 1, the one group the built kernels take). A block owns `WIDE_N · RG` outputs and a K slice of `k / S` (the S blocks of an output tile
-/// form a cluster): the fewest of 1, 2, 4, 8 slices that give [`WIDE_BLOCKS`] blocks with
-/// slices of at least 128 (a multiple of 32), else the most that keep 128. Depends on the
-/// shape only, so a row's sums never depend on the batch. `None`: the kernel cannot take
-/// the shape.
-pub fn wide_split(n: usize, k: usize) -> Option<(usize, usize)> {
-    let rg = 1;
-    if n == 0 || !n.is_multiple_of(WIDE_N * rg) || !k.is_multiple_of(32) {
+/// `wide.cu`'s K slices S for an `n × k` weight. A block owns [`WIDE_N`] outputs and a K
+/// slice of `k / S` (the S blocks of an output tile form a cluster): the fewest of 1, 2, 4,
+/// 8 slices that give [`WIDE_BLOCKS`] blocks with slices of at least 128 (a multiple of
+/// 32), else the most that keep 128. Depends on the shape only, so a row's sums never
+/// depend on the batch. `None`: the kernel cannot take the shape.
+pub fn wide_split(n: usize, k: usize) -> Option<usize> {
+    if n == 0 || !n.is_multiple_of(WIDE_N) || !k.is_multiple_of(32) {
         return None;
     }
-    let tiles = n / (WIDE_N * rg);
+    let tiles = n / WIDE_N;
     let valid: Vec<usize> = [1usize, 2, 4, 8]
         .into_iter()
         .filter(|&s| s == 1 || (k.is_multiple_of(32 * s) && k / s >= 128))
         .collect();
-    let s = valid
+    valid
         .iter()
         .copied()
         .find(|&s| tiles * s >= WIDE_BLOCKS)
-        .or(valid.last().copied())?;
-    Some((s, rg))
+        .or(valid.last().copied())
 }
 
 /// The rows bucket a measured choice covers (3..=4, 5..=8, 9..=16, 17..=32, 33..=64 rows).
@@ -491,27 +488,27 @@ mod tests {
     #[test]
     fn wide_split_aims_at_192_blocks_with_slices_of_128_or_more() {
         // 1.7B talker and code-predictor shapes: (n / 128) x splits blocks
-        assert_eq!(wide_split(4096, 2048), Some((8, 1))); // 32 x 8, 256 wide
-        assert_eq!(wide_split(2048, 2048), Some((8, 1))); // 16 x 8: the most
-        assert_eq!(wide_split(12288, 2048), Some((2, 1))); // 96 x 2, 1024 wide
-        assert_eq!(wide_split(2048, 6144), Some((8, 1))); // 16 x 8, 768 wide
-        assert_eq!(wide_split(3072, 2048), Some((8, 1))); // 24 x 8
-        assert_eq!(wide_split(4096, 1024), Some((8, 1))); // 32 x 8, 128 wide
-        assert_eq!(wide_split(1024, 2048), Some((8, 1))); // 8 x 8: the most, 256 wide
-        assert_eq!(wide_split(6144, 1024), Some((4, 1))); // 48 x 4
-        assert_eq!(wide_split(1024, 3072), Some((8, 1))); // 8 x 8, 384 wide
+        assert_eq!(wide_split(4096, 2048), Some(8)); // 32 x 8, 256 wide
+        assert_eq!(wide_split(2048, 2048), Some(8)); // 16 x 8: the most
+        assert_eq!(wide_split(12288, 2048), Some(2)); // 96 x 2, 1024 wide
+        assert_eq!(wide_split(2048, 6144), Some(8)); // 16 x 8, 768 wide
+        assert_eq!(wide_split(3072, 2048), Some(8)); // 24 x 8
+        assert_eq!(wide_split(4096, 1024), Some(8)); // 32 x 8, 128 wide
+        assert_eq!(wide_split(1024, 2048), Some(8)); // 8 x 8: the most, 256 wide
+        assert_eq!(wide_split(6144, 1024), Some(4)); // 48 x 4
+        assert_eq!(wide_split(1024, 3072), Some(8)); // 8 x 8, 384 wide
 
         // slices never under 128 columns: the most splits that keep them, or one
-        assert_eq!(wide_split(16384, 256), Some((2, 1)));
-        assert_eq!(wide_split(1024, 192), Some((1, 1)));
+        assert_eq!(wide_split(16384, 256), Some(2));
+        assert_eq!(wide_split(1024, 192), Some(1));
         // not whole output tiles, or K not in whole 32-wide chunks
         assert_eq!(wide_split(1000, 2048), None);
         assert_eq!(wide_split(1024, 1000), None);
         assert_eq!(wide_split(0, 1024), None);
         for n in (128..=16384).step_by(128) {
             for k in [32, 192, 1024, 2048, 3072, 6144] {
-                if let Some((s, rg)) = wide_split(n, k) {
-                    assert!(n.is_multiple_of(WIDE_N * rg), "{n}x{k}");
+                if let Some(s) = wide_split(n, k) {
+                    assert!(n.is_multiple_of(WIDE_N), "{n}x{k}");
                     assert!(
                         k.is_multiple_of(32 * s) && (s == 1 || k / s >= 128),
                         "{n}x{k}"
