@@ -17,7 +17,7 @@ use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
 
 use crate::codec::{CodecPrecision, DevCodec, ImplicitConv};
-use crate::device::{Gpu, Graph};
+use crate::device::{Carveout, Gpu, Graph};
 use crate::error::CudaError;
 use crate::lane::CpLane;
 use crate::linear::Linear;
@@ -116,6 +116,9 @@ pub struct CudaOptions {
     /// then measures what each left-out kernel costs inside the stage graphs. The model's
     /// results are wrong with any; empty by default.
     pub without_kernels: Vec<String>,
+    /// One preferred L1 / shared-memory split for some or all kernels of the crate
+    /// (`Gpu::set_smem_carveout`); None (the default): the driver picks per kernel.
+    pub smem_carveout: Option<Carveout>,
 }
 
 impl Default for CudaOptions {
@@ -146,6 +149,7 @@ impl Default for CudaOptions {
             batched_prefill: true,
             side_by_side: false,
             without_kernels: Vec::new(),
+            smem_carveout: None,
         }
     }
 }
@@ -248,6 +252,14 @@ impl CudaBackend {
         if !opts.without_kernels.is_empty() {
             tracing::warn!(kernels = ?opts.without_kernels, "timing ablation: these kernels are never launched, every result is wrong");
             gpu.without.clone_from(&opts.without_kernels);
+        }
+        if let Some(c) = &opts.smem_carveout {
+            let n = gpu.set_smem_carveout(c)?;
+            tracing::info!(
+                percent = c.percent,
+                kernels = n,
+                "preferred shared-memory carveout set"
+            );
         }
         let t0 = std::time::Instant::now();
         let talker = DevTalker::load(&gpu, &model.config, &model.weights, opts.fp8)?;

@@ -113,6 +113,39 @@ impl<T> DBuf<T> {
     }
 }
 
+/// A preferred L1 / shared-memory split for some kernels (`Gpu::set_smem_carveout`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carveout {
+    /// Percent of the most shared memory a multiprocessor can have (0: the most L1).
+    pub percent: u8,
+    /// Kernel name prefixes it applies to; empty: every kernel of the crate.
+    pub kernels: Vec<String>,
+}
+
+impl std::str::FromStr for Carveout {
+    type Err = String;
+
+    /// `PERCENT` or `PERCENT:prefix,prefix...`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (p, k) = s.split_once(':').unwrap_or((s, ""));
+        let percent = p
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= 100)
+            .ok_or_else(|| {
+                format!("expected PERCENT[:kernel,kernel...] with PERCENT 0..=100, got `{s}`")
+            })?;
+        let kernels = k
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(String::from)
+            .collect();
+        Ok(Self { percent, kernels })
+    }
+}
+
 /// Most arguments a kernel takes.
 const MAX_ARGS: usize = 24;
 
@@ -406,6 +439,28 @@ impl Gpu {
             bytes as i32,
         )?;
         Ok(())
+    }
+
+    /// Asks the kernels named by `c.kernels` (name prefixes; every kernel of the crate when
+    /// empty) for one split of each multiprocessor's L1 / shared memory: `c.percent` of the
+    /// most shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`). A
+    /// multiprocessor changes its split only when idle, so kernels of different splits in
+    /// a row cannot overlap under PDL. cuBLAS's kernels keep their own. Returns how many
+    /// kernels were set.
+    pub fn set_smem_carveout(&self, c: &Carveout) -> Result<usize, CudaError> {
+        let percent = c.percent.min(100) as i32;
+        let mut set = 0;
+        for (name, (f, _)) in &self.funcs {
+            if !c.kernels.is_empty() && !c.kernels.iter().any(|k| name.starts_with(k.as_str())) {
+                continue;
+            }
+            f.set_attribute(
+                dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                percent,
+            )?;
+            set += 1;
+        }
+        Ok(set)
     }
 
     /// `launch` with `smem` bytes of dynamic shared memory per block.

@@ -28,6 +28,7 @@ pub mod weights;
 pub mod workspace;
 
 pub use backend::{CudaBackend, CudaOptions};
+pub use device::Carveout;
 pub use error::CudaError;
 
 /// Compiles every kernel for `arch` (e.g. `sm_90`) without touching a GPU: needs only

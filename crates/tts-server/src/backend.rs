@@ -132,6 +132,14 @@ pub fn create_cuda(
                     .collect()
             })
             .unwrap_or_default(),
+        // one L1 / shared-memory split: PERCENT[:kernel-prefix,...] (all kernels without a list)
+        smem_carveout: match std::env::var("QWEN3_TTS_SMEM_CARVEOUT") {
+            Ok(v) => Some(
+                v.parse()
+                    .map_err(|e: String| anyhow::anyhow!("QWEN3_TTS_SMEM_CARVEOUT: {e}"))?,
+            ),
+            Err(_) => None,
+        },
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
