@@ -108,12 +108,6 @@ __device__ __forceinline__ void conv_mma(float* c, const unsigned* a, unsigned b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float conv_h2f(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-
 // Dynamic shared memory: CONV_STAGES * (CONV_BM + BN) * CONV_LDS halves.
 template <int BN>
 __device__ __forceinline__ void codec_conv_body(
@@ -231,7 +225,7 @@ __device__ __forceinline__ void codec_conv_body(
         for (int e = 0; e < 2; e++) {
             const int n = n0 + wnb * 32 + ni * 8 + 2 * t + e;
             if (n >= n_out) continue;
-            const float bias = conv_h2f(W[(size_t)n * ldw + K]);
+            const float bias = half_bits_to_f32(W[(size_t)n * ldw + K]);
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
 #pragma unroll

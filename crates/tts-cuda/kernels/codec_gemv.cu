@@ -4,13 +4,14 @@
 //   C[s][n] = sum_{k < K} X[s][k] * W[n][k]  (+ C[s][n] when beta != 0),   s < steps
 //
 // Same contract as the codec's `Op::Gemm` (codec.cu's header: a bias rides in W as an extra
-// column against a constant ones column of X). W f32 [N][ldw], X f32 [steps][ldx],
+// column against a constant ones column of X). W f32 [N][ldw] (`codec_gemv_m*`) or its f16
+// copy (`codec_gemv_h*`, the arena of f16 convolutions: half the bytes), X f32 [steps][ldx],
 // C f32 [steps][ldc]; K, ldw and ldx are multiples of 4 and W, X 16-byte aligned.
 // Prologue `pro` (the op before the GEMM folded in, so it needs no launch of its own):
 //   0: x as stored; 1: codec_rms_norm, x = gain ⊙ (x / sqrt(mean(x[0..K)²) + eps));
 //   2: codec_swiglu, x[k] = silu(X[k]) · X[K + k] (X holds gate | up, ldx >= 2K).
-// The products are exact f32 (no TF32 rounding), summed in a fixed order per output, so
-// a step's result does not depend on how many steps the pass has.
+// The products are exact f32 (no TF32 rounding) of the weights as stored, summed in a
+// fixed order per output, so a step's result does not depend on how many steps the pass has.
 //
 // Grid: 256-thread blocks of 8 warps; a warp owns 2 output rows and, with `ksplit` S
 // (1, 2, 4 or 8), the S-th part of K: the 8 warps form 8/S groups of S warps. Lanes stream
@@ -21,8 +22,16 @@
 #define CG_U 8
 #define CG_WARPS 8
 
-template <int M>
-__device__ __forceinline__ void codec_gemv_body(const float* __restrict__ W, int ldw, int N,
+// Four consecutive weights as f32: one 16-byte load of f32, or one 8-byte load of f16.
+__device__ __forceinline__ float4 cg_load4(const float* p) { return __ldg((const float4*)p); }
+__device__ __forceinline__ float4 cg_load4(const unsigned short* p) {
+    const uint2 u = __ldg((const uint2*)p);
+    return make_float4(half_bits_to_f32(u.x & 0xffffu), half_bits_to_f32(u.x >> 16),
+                       half_bits_to_f32(u.y & 0xffffu), half_bits_to_f32(u.y >> 16));
+}
+
+template <int M, typename WT>
+__device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ldw, int N,
                                                 int K, const float* __restrict__ X, int ldx,
                                                 float* C, int ldc, int steps, float beta,
                                                 int ksplit, int pro,
@@ -57,7 +66,7 @@ __device__ __forceinline__ void codec_gemv_body(const float* __restrict__ W, int
     for (int m = 0; m < M; m++) xrow[m] = X + (size_t)min(m, steps - 1) * ldx;
 
     if (n0 < N) {
-        const float* wrow[CG_R];
+        const WT* wrow[CG_R];
 #pragma unroll
         for (int r = 0; r < CG_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * ldw;
         for (int kb = k_begin + lane * 4; kb < k_end; kb += 128 * CG_U) {
@@ -67,8 +76,7 @@ __device__ __forceinline__ void codec_gemv_body(const float* __restrict__ W, int
                 int idx = kb + u * 128;
 #pragma unroll
                 for (int r = 0; r < CG_R; r++)
-                    w[u][r] = idx < k_end ? __ldg((const float4*)(wrow[r] + idx))
-                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+                    w[u][r] = idx < k_end ? cg_load4(wrow[r] + idx) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int u = 0; u < CG_U; u++) {
@@ -124,15 +132,20 @@ __device__ __forceinline__ void codec_gemv_body(const float* __restrict__ W, int
     *c = beta != 0.f ? v + beta * *c : v;
 }
 
-#define CODEC_GEMV_ENTRY(MM)                                                                    \
-    extern "C" __global__ void __launch_bounds__(256) codec_gemv_m##MM(                        \
-        const float* __restrict__ W, int ldw, int N, int K, const float* __restrict__ X,        \
-        int ldx, float* C, int ldc, int steps, float beta, int ksplit, int pro,                 \
-        const float* __restrict__ g, float eps) {                                               \
-        codec_gemv_body<MM>(W, ldw, N, K, X, ldx, C, ldc, steps, beta, ksplit, pro, g, eps);    \
+#define CODEC_GEMV_ENTRY(NAME, MM, WT)                                                          \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                     \
+        const WT* __restrict__ W, int ldw, int N, int K, const float* __restrict__ X, int ldx,  \
+        float* C, int ldc, int steps, float beta, int ksplit, int pro,                           \
+        const float* __restrict__ g, float eps) {                                                \
+        codec_gemv_body<MM, WT>(W, ldw, N, K, X, ldx, C, ldc, steps, beta, ksplit, pro, g, eps); \
     }
 
-CODEC_GEMV_ENTRY(1)
-CODEC_GEMV_ENTRY(2)
-CODEC_GEMV_ENTRY(4)
-CODEC_GEMV_ENTRY(8)
+CODEC_GEMV_ENTRY(codec_gemv_m1, 1, float)
+CODEC_GEMV_ENTRY(codec_gemv_m2, 2, float)
+CODEC_GEMV_ENTRY(codec_gemv_m4, 4, float)
+CODEC_GEMV_ENTRY(codec_gemv_m8, 8, float)
+// f16 weights (IEEE half bit patterns)
+CODEC_GEMV_ENTRY(codec_gemv_h1, 1, unsigned short)
+CODEC_GEMV_ENTRY(codec_gemv_h2, 2, unsigned short)
+CODEC_GEMV_ENTRY(codec_gemv_h4, 4, unsigned short)
+CODEC_GEMV_ENTRY(codec_gemv_h8, 8, unsigned short)

@@ -11,6 +11,13 @@ typedef unsigned short bf16;
 
 __device__ __forceinline__ float bf2f(bf16 v) { return __uint_as_float(((unsigned int)v) << 16); }
 
+// f32 of an IEEE half bit pattern (the low 16 bits of h).
+__device__ __forceinline__ float half_bits_to_f32(unsigned int h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+}
+
 // Round-to-nearest-even f32 -> bf16 (NaN kept quiet).
 __device__ __forceinline__ bf16 f2bf(float f) {
     unsigned int u = __float_as_uint(f);

@@ -23,13 +23,6 @@
 #define GEMV_U 4
 #define GEMV_WARPS 8
 
-// f32 of an IEEE half bit pattern.
-__device__ __forceinline__ float half_bits_to_f32(unsigned int h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
-    return f;
-}
-
 // The four E4M3 codes of `u` (byte 0 first) as f32, exactly.
 __device__ __forceinline__ void e4m3x4_to_f32(unsigned int u, float* f) {
 #if __CUDA_ARCH__ >= 890

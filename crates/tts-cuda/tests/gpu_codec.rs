@@ -248,7 +248,7 @@ fn release_geometry_matches_the_cpu_reference() {
         .collect();
     let want = cpu_decode(&model, &codes);
     let mut codec = dev_codec(&gpu, &model, 2, 8);
-    // GEMMs of <= 8 steps on the f32 GEMV (the default) and all on cuBLAS; the f16
+    // GEMMs of <= 8 steps on the GEMV (the default; f16 weights with F16) and all on cuBLAS; the f16
     // convolutions as implicit GEMMs where they are narrow (the default), always or never
     use ImplicitConv::{All, Narrow, Off};
     for (p, gemv, implicit) in [

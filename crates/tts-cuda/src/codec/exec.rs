@@ -121,22 +121,38 @@ pub(super) fn fold_at(
 }
 
 /// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
-/// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing).
+/// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing); W at `w`
+/// is f32, or f16 when `half` (the arena's f16 copy).
 fn codec_gemv(
     gpu: &Gpu,
-    (w, ldw, n, k): (u64, usize, usize, usize),
+    ((w, half), ldw, n, k): ((u64, bool), usize, usize, usize),
     (x, ldx): (u64, usize),
     (c, ldc): (u64, usize),
     steps: usize,
     beta: f32,
     (pro, g, eps): (i32, u64, f32),
 ) -> Result<(), CudaError> {
-    let name = match steps {
+    let bucket = match steps {
         0 => return Ok(()),
-        1 => "codec_gemv_m1",
-        2 => "codec_gemv_m2",
-        3 | 4 => "codec_gemv_m4",
-        _ => "codec_gemv_m8",
+        1 => 0,
+        2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    };
+    let name = if half {
+        [
+            "codec_gemv_h1",
+            "codec_gemv_h2",
+            "codec_gemv_h4",
+            "codec_gemv_h8",
+        ][bucket]
+    } else {
+        [
+            "codec_gemv_m1",
+            "codec_gemv_m2",
+            "codec_gemv_m4",
+            "codec_gemv_m8",
+        ][bucket]
     };
     // Split K over more warps until the layer has about two blocks per multiprocessor, or
     // four for long rows (two are resident at a time: the large decoder matrices would
@@ -323,6 +339,12 @@ pub fn run(
         implicit,
     } = mode;
     let half = |at: usize, steps: usize| conv_f16 && conv_gemm_f16(&p.ops, at, steps, small_gemv);
+    // the few-step GEMVs read the f16 copy of the weights with f16 convolutions on (half
+    // the bytes; `emulate::Rounding::F16Conv` rounds their weights alike)
+    let gemv_w = |off: usize| match d.weights_f16.as_ref().filter(|_| conv_f16) {
+        Some(w16) => (w16.at(off), true),
+        None => (d.w(off), false),
+    };
     let meta = d.inputs.at(layout.meta());
     let codes = d.inputs.at(layout.codes());
     let (state, stride, cap_rows) = (d.state.ptr, p.state_stride, layout.rows);
@@ -342,7 +364,7 @@ pub fn run(
             };
             codec_gemv(
                 gpu,
-                (d.w(f.w), f.ldw, f.m, f.k),
+                (gemv_w(f.w), f.ldw, f.m, f.k),
                 (d.view(f.x), f.ldx),
                 (d.view(f.c), f.ldc),
                 frames,
@@ -387,7 +409,7 @@ pub fn run(
                 if small_gemv && gemv_fits(steps, k, ldw, ldx, w, x.off) {
                     codec_gemv(
                         gpu,
-                        (wp, ldw, m, k),
+                        (gemv_w(w), ldw, m, k),
                         (xp, ldx),
                         (cp, ldc),
                         steps,
