@@ -317,15 +317,16 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
 // table step-1 (`folded` f32 [15][V][D] when given, else `raw` bf16) into next_x[r*ldx].
 // One row of sample_cp, by a block of SAMPLE_THREADS threads (also called by the
 // persistent code-predictor loop, with its shared memory and CG: logits read through L2).
+// Returns the code (the same in every thread), or -1 for a row it skipped.
 template <bool CG>
-__device__ void sample_cp_row(int r, const float* __restrict__ logits, int V, int rows,
+__device__ int sample_cp_row(int r, const float* __restrict__ logits, int V, int rows,
                               const int* __restrict__ slots,
                               const unsigned int* __restrict__ params, int step, int* frames,
                               const float* __restrict__ folded, const bf16* __restrict__ raw,
                               int D, float* next_x, int ldx, SampleShared& sh) {
-    if (r >= rows) return;
+    if (r >= rows) return -1;
     int slot = slots[r];
-    if (slot < 0) return;
+    if (slot < 0) return -1;
     const unsigned int* p = params + slot * 16;
     float u = draw_uniform(p[0], p[1], p[11] - 1u, (unsigned int)step);
     // launched (not CG): the parameters and draw come from earlier launches, the logits
@@ -344,14 +345,22 @@ __device__ void sample_cp_row(int r, const float* __restrict__ logits, int V, in
         for (int i = threadIdx.x; i < D; i += blockDim.x)
             next_x[(size_t)r * ldx + i] = folded ? folded[base + i] : bf2f(raw[base + i]);
     }
+    return c;
 }
 
+// sample_cp_row for row blockIdx.x; with `qkv0` (f32 [14][V][Q]: the first layer's QKV
+// projection of every next-step input row, `weights.rs`) it also writes that row's QKV for
+// the next step into qkv[r*ldq], so the next step skips the first layer's projection.
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
     const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
     const unsigned int* __restrict__ params, int step, int* frames,
     const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
-    int ldx) {
+    int ldx, const float* __restrict__ qkv0, int Q, float* qkv, int ldq) {
     __shared__ SampleShared sh;
-    sample_cp_row<false>(blockIdx.x, logits, V, rows, slots, params, step, frames, folded, raw,
-                         D, next_x, ldx, sh);
+    const int r = blockIdx.x;
+    const int c = sample_cp_row<false>(r, logits, V, rows, slots, params, step, frames, folded,
+                                       raw, D, next_x, ldx, sh);
+    if (c < 0 || !qkv0 || step >= 15) return;
+    const float* src = qkv0 + ((size_t)(step - 1) * V + c) * Q;
+    for (int i = threadIdx.x; i < Q; i += blockDim.x) qkv[(size_t)r * ldq + i] = src[i];
 }

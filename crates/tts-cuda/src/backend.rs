@@ -17,7 +17,7 @@ use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
 
 use crate::codec::{CodecPrecision, DevCodec, ImplicitConv};
-use crate::device::{Carveout, Gpu, Graph};
+use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::lane::CpLane;
 use crate::linear::Linear;
@@ -116,9 +116,61 @@ pub struct CudaOptions {
     /// then measures what each left-out kernel costs inside the stage graphs. The model's
     /// results are wrong with any; empty by default.
     pub without_kernels: Vec<String>,
-    /// One preferred L1 / shared-memory split for some or all kernels of the crate
-    /// (`Gpu::set_smem_carveout`); None (the default): the driver picks per kernel.
-    pub smem_carveout: Option<Carveout>,
+    /// Talker steps and code-predictor loops of at most these many rows launch their
+    /// GEMV, attention, sampling and other kernels without dynamic shared memory asking
+    /// for the most L1 and the least shared memory (`Gpu::with_max_l1`): a
+    /// multiprocessor changes its L1 / shared-memory split only when idle, so kernels of
+    /// different splits in a row cannot overlap under PDL. Measured on the H200
+    /// (`bench/results/2026-12-02-h200-carveout`): faster up to 4 rows (talker) and 8 rows
+    /// (code predictor), slower above, where tensor-core kernels that want shared memory
+    /// sit between them.
+    pub max_l1_rows: MaxL1Rows,
+    /// Compute the code predictor's first-layer QKV projection of every input row of
+    /// steps 1..14 at load (`DevCodePredictor::qkv0`, 1.7B geometry: 470 MB) so the
+    /// sampler writes a row's QKV and those steps skip that projection (on by default).
+    pub cp_qkv_table: bool,
+}
+
+/// Largest batches whose launches ask for the most L1 (`CudaOptions::max_l1_rows`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxL1Rows {
+    pub talker: usize,
+    pub code_predictor: usize,
+}
+
+impl Default for MaxL1Rows {
+    fn default() -> Self {
+        Self {
+            talker: 4,
+            code_predictor: 8,
+        }
+    }
+}
+
+impl std::str::FromStr for MaxL1Rows {
+    type Err = String;
+
+    /// `N` (both stages) or `TALKER,CODE_PREDICTOR` (row counts; 0: never).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let num = |v: &str| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("expected N or TALKER,CODE_PREDICTOR (rows), got `{s}`"))
+        };
+        match s.split_once(',') {
+            Some((t, c)) => Ok(Self {
+                talker: num(t)?,
+                code_predictor: num(c)?,
+            }),
+            None => {
+                let n = num(s)?;
+                Ok(Self {
+                    talker: n,
+                    code_predictor: n,
+                })
+            }
+        }
+    }
 }
 
 impl Default for CudaOptions {
@@ -149,7 +201,8 @@ impl Default for CudaOptions {
             batched_prefill: true,
             side_by_side: false,
             without_kernels: Vec::new(),
-            smem_carveout: None,
+            max_l1_rows: MaxL1Rows::default(),
+            cp_qkv_table: true,
         }
     }
 }
@@ -253,17 +306,15 @@ impl CudaBackend {
             tracing::warn!(kernels = ?opts.without_kernels, "timing ablation: these kernels are never launched, every result is wrong");
             gpu.without.clone_from(&opts.without_kernels);
         }
-        if let Some(c) = &opts.smem_carveout {
-            let n = gpu.set_smem_carveout(c)?;
-            tracing::info!(
-                percent = c.percent,
-                kernels = n,
-                "preferred shared-memory carveout set"
-            );
-        }
         let t0 = std::time::Instant::now();
         let talker = DevTalker::load(&gpu, &model.config, &model.weights, opts.fp8)?;
-        let cp = DevCodePredictor::load(&gpu, &model.config, &model.weights, &talker, opts.fp8)?;
+        let cp = DevCodePredictor::load(
+            &gpu,
+            &model.config,
+            &model.weights,
+            &talker,
+            (opts.fp8, opts.cp_qkv_table),
+        )?;
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
         ws.scratch.paths.tile &= opts.tile_linear;
@@ -367,7 +418,7 @@ impl CudaBackend {
         let lane = if opts.side_by_side && cp_loop.is_none() {
             Some(CpLane::new(
                 opts.device,
-                gpu.pdl,
+                (gpu.pdl, opts.max_l1_rows.code_predictor),
                 &model.config,
                 opts.limits,
                 &ws.scratch.paths,
@@ -585,24 +636,33 @@ impl CudaBackend {
 
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
         match kind {
-            GraphKind::TalkerStep => step(
-                &self.gpu,
-                &self.talker,
-                &self.cp,
-                &self.ws,
-                b,
-                self.rules,
-                self.talker_layers.as_ref(),
-            ),
-            GraphKind::CodePredictor => crate::code_predictor::predict(
-                &self.gpu,
-                &self.talker,
-                &self.cp,
-                &self.ws,
-                self.ws.slot_buffers(),
-                b,
-                self.cp_loop.as_ref(),
-            ),
+            GraphKind::TalkerStep => {
+                self.gpu.with_max_l1(b <= self.opts.max_l1_rows.talker, || {
+                    step(
+                        &self.gpu,
+                        &self.talker,
+                        &self.cp,
+                        &self.ws,
+                        b,
+                        self.rules,
+                        self.talker_layers.as_ref(),
+                    )
+                })
+            }
+            GraphKind::CodePredictor => {
+                self.gpu
+                    .with_max_l1(b <= self.opts.max_l1_rows.code_predictor, || {
+                        crate::code_predictor::predict(
+                            &self.gpu,
+                            &self.talker,
+                            &self.cp,
+                            &self.ws,
+                            self.ws.slot_buffers(),
+                            b,
+                            self.cp_loop.as_ref(),
+                        )
+                    })
+            }
             GraphKind::Prefill { rows } => {
                 prefill(&self.gpu, &self.talker, &self.ws, b, rows, self.rules)
             }
@@ -1054,5 +1114,20 @@ impl Backend for CudaBackend {
                 Ok(out)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MaxL1Rows;
+
+    #[test]
+    fn max_l1_rows_parse_one_number_or_a_pair() {
+        let both: MaxL1Rows = "6".parse().expect("one number");
+        assert_eq!((both.talker, both.code_predictor), (6, 6));
+        let pair: MaxL1Rows = " 2, 16".parse().expect("a pair");
+        assert_eq!((pair.talker, pair.code_predictor), (2, 16));
+        assert!("four".parse::<MaxL1Rows>().is_err());
+        assert!("1,x".parse::<MaxL1Rows>().is_err());
     }
 }

@@ -35,6 +35,8 @@ pub fn predict(
 ) -> Result<(), CudaError> {
     let th = t.stack.dims.hidden;
     let ch = cp.stack.dims.hidden;
+    // a QKV row's width (ws.qkv's row stride: q, k, v back to back)
+    let qkv_n = cp.stack.dims.q_dim() + 2 * cp.stack.dims.kv_dim();
     let lay = &ws.layout;
     let slots = ws.inputs.at(lay.row_slots);
     let (rows1, rows2) = (ws.inputs.at(lay.cp_rows1), ws.inputs.at(lay.cp_rows2));
@@ -96,7 +98,7 @@ pub fn predict(
         ws,
         tok,
         kv,
-        Attention::Fused { tokens_per_row: 2 },
+        (Attention::Fused { tokens_per_row: 2 }, false),
     )?;
     // The head reads each row's second token.
     let mut last = Rows {
@@ -119,7 +121,7 @@ pub fn predict(
                 ws,
                 tok,
                 kv,
-                Attention::Fused { tokens_per_row: 1 },
+                (Attention::Fused { tokens_per_row: 1 }, cp.qkv0.is_some()),
             )?;
             last = Rows {
                 ptr: ws.cp_x.ptr,
@@ -157,6 +159,11 @@ pub fn predict(
                 Arg::I(ch as i32),
                 Arg::P(ws.cp_x.ptr),
                 Arg::I(ch as i32),
+                // and its first-layer QKV row (the table, when there is one)
+                Arg::P(cp.qkv0.as_ref().map_or(0, |t| t.ptr)),
+                Arg::I(qkv_n as i32),
+                Arg::P(ws.qkv.ptr),
+                Arg::I(qkv_n as i32),
             ],
         )?;
     }

@@ -5,6 +5,7 @@
 //! (it would also break graph capture). Kernels take raw device pointers (`u64`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use cudarc::cublas::sys as bsys;
@@ -113,39 +114,6 @@ impl<T> DBuf<T> {
     }
 }
 
-/// A preferred L1 / shared-memory split for some kernels (`Gpu::set_smem_carveout`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Carveout {
-    /// Percent of the most shared memory a multiprocessor can have (0: the most L1).
-    pub percent: u8,
-    /// Kernel name prefixes it applies to; empty: every kernel of the crate.
-    pub kernels: Vec<String>,
-}
-
-impl std::str::FromStr for Carveout {
-    type Err = String;
-
-    /// `PERCENT` or `PERCENT:prefix,prefix...`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (p, k) = s.split_once(':').unwrap_or((s, ""));
-        let percent = p
-            .trim()
-            .parse::<u8>()
-            .ok()
-            .filter(|p| *p <= 100)
-            .ok_or_else(|| {
-                format!("expected PERCENT[:kernel,kernel...] with PERCENT 0..=100, got `{s}`")
-            })?;
-        let kernels = k
-            .split(',')
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .map(String::from)
-            .collect();
-        Ok(Self { percent, kernels })
-    }
-}
-
 /// Most arguments a kernel takes.
 const MAX_ARGS: usize = 24;
 
@@ -180,7 +148,13 @@ pub struct Gpu {
     pub wides: bool,
     /// Name prefixes of kernels left out (`CudaOptions::without_kernels`, a timing ablation).
     pub without: Vec<String>,
+    /// The preferred shared-memory carveout (percent) launches ask for now, or
+    /// `NO_CARVEOUT` (the kernel's own).
+    carveout: AtomicU8,
 }
+
+/// `Gpu::carveout` when launches ask for no carveout of their own.
+const NO_CARVEOUT: u8 = u8::MAX;
 
 impl Gpu {
     /// Opens device `ordinal`: loads the libraries, creates the context and stream,
@@ -307,6 +281,7 @@ impl Gpu {
             tiles,
             wides,
             without: Vec::new(),
+            carveout: AtomicU8::new(NO_CARVEOUT),
         })
     }
 
@@ -441,26 +416,17 @@ impl Gpu {
         Ok(())
     }
 
-    /// Asks the kernels named by `c.kernels` (name prefixes; every kernel of the crate when
-    /// empty) for one split of each multiprocessor's L1 / shared memory: `c.percent` of the
-    /// most shared memory (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`). A
-    /// multiprocessor changes its split only when idle, so kernels of different splits in
-    /// a row cannot overlap under PDL. cuBLAS's kernels keep their own. Returns how many
-    /// kernels were set.
-    pub fn set_smem_carveout(&self, c: &Carveout) -> Result<usize, CudaError> {
-        let percent = c.percent.min(100) as i32;
-        let mut set = 0;
-        for (name, (f, _)) in &self.funcs {
-            if !c.kernels.is_empty() && !c.kernels.iter().any(|k| name.starts_with(k.as_str())) {
-                continue;
-            }
-            f.set_attribute(
-                dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                percent,
-            )?;
-            set += 1;
-        }
-        Ok(set)
+    /// Runs `f` (which enqueues work) with, when `on`, the launches of kernels without
+    /// dynamic shared memory or clusters asking for the most L1 and the least shared
+    /// memory (`CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT` 0; a kernel that
+    /// needs more shared memory still gets it). Graph capture records the attribute with
+    /// each launch. See `CudaOptions::max_l1_rows` for why.
+    pub fn with_max_l1<R>(&self, on: bool, f: impl FnOnce() -> R) -> R {
+        let want = if on { 0 } else { NO_CARVEOUT };
+        let before = self.carveout.swap(want, Ordering::Relaxed);
+        let r = f();
+        self.carveout.store(before, Ordering::Relaxed);
+        r
     }
 
     /// `launch` with `smem` bytes of dynamic shared memory per block.
@@ -522,7 +488,7 @@ impl Gpu {
             *p = c as *mut u64 as *mut std::ffi::c_void;
         }
         // SAFETY: a plain-old-data C union; zero is a valid bit pattern for it.
-        let mut attrs: [dsys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut attrs: [dsys::CUlaunchAttribute; 3] = unsafe { std::mem::zeroed() };
         let mut count = 0;
         if self.pdl && *pdl_ready {
             let a = &mut attrs[count];
@@ -536,6 +502,15 @@ impl Gpu {
             a.value.clusterDim.x = c;
             a.value.clusterDim.y = 1;
             a.value.clusterDim.z = 1;
+            count += 1;
+        }
+        // kernels with dynamic shared memory or clusters (the tensor-core linear layers)
+        // keep the split they ask for
+        let carveout = self.carveout.load(Ordering::Relaxed);
+        if carveout != NO_CARVEOUT && smem == 0 && cluster.is_none() {
+            let a = &mut attrs[count];
+            a.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+            a.value.sharedMemCarveout = u32::from(carveout);
             count += 1;
         }
         let cfg = dsys::CUlaunchConfig {

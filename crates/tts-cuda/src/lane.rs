@@ -21,6 +21,8 @@ pub struct CpLane {
     pub ws: Workspace,
     graphs: HashMap<usize, Graph>,
     use_graphs: bool,
+    /// Loops of at most this many rows ask for the most L1 (`CudaOptions::max_l1_rows`).
+    max_l1_rows: usize,
 }
 
 impl CpLane {
@@ -29,7 +31,7 @@ impl CpLane {
     /// main workspace's do.
     pub fn new(
         ordinal: usize,
-        pdl: bool,
+        (pdl, max_l1_rows): (bool, usize),
         cfg: &ModelConfig,
         limits: Limits,
         paths: &LinearPaths,
@@ -54,6 +56,7 @@ impl CpLane {
             ws,
             graphs: HashMap::new(),
             use_graphs,
+            max_l1_rows,
         })
     }
 
@@ -66,8 +69,10 @@ impl CpLane {
         b: usize,
     ) -> Result<(), CudaError> {
         if self.use_graphs && !self.graphs.contains_key(&b) {
-            let ws = &self.ws;
-            let g = Graph::capture(&self.gpu, |gpu| predict(gpu, t, cp, ws, state, b, None))?;
+            let (ws, max_l1_rows) = (&self.ws, self.max_l1_rows);
+            let g = Graph::capture(&self.gpu, |gpu| {
+                gpu.with_max_l1(b <= max_l1_rows, || predict(gpu, t, cp, ws, state, b, None))
+            })?;
             self.graphs.insert(b, g);
         }
         Ok(())
@@ -85,7 +90,9 @@ impl CpLane {
         self.prepare(t, cp, state, b)?;
         match self.graphs.get(&b) {
             Some(g) => g.launch(),
-            None => predict(&self.gpu, t, cp, &self.ws, state, b, None),
+            None => self.gpu.with_max_l1(b <= self.max_l1_rows, || {
+                predict(&self.gpu, t, cp, &self.ws, state, b, None)
+            }),
         }
     }
 }

@@ -537,6 +537,34 @@ fn split_rows_args(l: &Linear, xb: u64, c: &RowCall) -> [Arg; 11] {
     ]
 }
 
+/// `y = norm?(x) · Wᵀ (+ bias)` for 1..=8 rows on the bf16 GEMV, the kernel one row runs
+/// on: every row's result has the bits it has in a one-row call (a GEMV row never depends
+/// on the others). For tables computed ahead (`weights::qkv_table`).
+pub fn gemv_rows(
+    gpu: &Gpu,
+    l: &Linear,
+    x: Rows,
+    norm: Option<(u64, f32)>,
+    y: u64,
+    ldy: usize,
+) -> Result<(), CudaError> {
+    if !(1..=8).contains(&x.count) {
+        return Err(CudaError::Shape(format!(
+            "gemv_rows takes 1..=8 rows, not {}",
+            x.count
+        )));
+    }
+    let call = RowCall {
+        x,
+        norm: norm.unwrap_or((0, 0.0)),
+        act: Act::None,
+        epilogue: (l.bias.as_ref().map_or(0, |b| b.ptr), 0, 0),
+        y,
+        ldy,
+    };
+    gemv(gpu, l, &call, false)
+}
+
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
 /// FP8 layer, else over the bf16 weights.
 fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError> {

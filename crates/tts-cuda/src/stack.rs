@@ -45,14 +45,16 @@ pub enum Attention {
     Fused { tokens_per_row: usize },
 }
 
-/// Runs every layer of `s` over `tok` (final norm not applied).
+/// Runs every layer of `s` over `tok` (final norm not applied). With `qkv_given` the
+/// first layer's QKV rows are already in `ws.qkv` (the code predictor's table, written by
+/// its sampler) and its projection is skipped.
 pub fn run_layers(
     gpu: &Gpu,
     s: &DevStack,
     ws: &Workspace,
     tok: Tokens,
     kv: Kv,
-    mode: Attention,
+    (mode, qkv_given): (Attention, bool),
 ) -> Result<(), CudaError> {
     let d = &s.dims;
     let (h, qd, kvd) = (d.hidden, d.q_dim(), d.kv_dim());
@@ -66,17 +68,19 @@ pub fn run_layers(
             ld: h,
             count: tok.n,
         };
-        linear(
-            gpu,
-            &layer.qkv,
-            x,
-            Some((layer.input_norm.ptr, d.rms_eps)),
-            Act::None,
-            None,
-            ws.qkv.ptr,
-            ldq,
-            &ws.scratch,
-        )?;
+        if !(l == 0 && qkv_given) {
+            linear(
+                gpu,
+                &layer.qkv,
+                x,
+                Some((layer.input_norm.ptr, d.rms_eps)),
+                Act::None,
+                None,
+                ws.qkv.ptr,
+                ldq,
+                &ws.scratch,
+            )?;
+        }
         // The arguments qk_norm_rope_kv and fused_attention share, in their order: which
         // cache rows and positions, the q/k norms and RoPE, the shape, this layer's cache.
         let norm_rope_kv = [

@@ -219,7 +219,14 @@ pub fn prefill(
         slots,
         positions,
     };
-    run_layers(gpu, &t.stack, ws, tok, talker_kv(ws), Attention::Split)?;
+    run_layers(
+        gpu,
+        &t.stack,
+        ws,
+        tok,
+        talker_kv(ws),
+        (Attention::Split, false),
+    )?;
     kernels::gather_u32(gpu, ws.x.ptr, h, h, last, rows, ws.last.ptr, h)?;
     finish_rows(gpu, t, ws, rows, row_slots, rules)
 }
@@ -278,7 +285,7 @@ pub fn step(
             ws,
             tok,
             talker_kv(ws),
-            Attention::Fused { tokens_per_row: 1 },
+            (Attention::Fused { tokens_per_row: 1 }, false),
         )?;
     }
     kernels::copy_rows(gpu, ws.x.ptr, h, ws.last.ptr, h, h, b)?;

@@ -188,6 +188,11 @@ pub struct DevCodePredictor {
     pub folded: Option<DBuf<f32>>,
     /// With a projection: `proj(C(c))` for c < 2048, f32 `[2048][cp H]`.
     pub folded_code0: Option<DBuf<f32>>,
+    /// With a projection, when asked for: the first layer's QKV projection (input norm
+    /// applied) of every input row of steps 1..14, `qkv(norm(folded[j][c]))` for j < 14,
+    /// f32 `[14][vocab][qkv n]` ([`qkv_table`]); the sampler copies a row's into place and
+    /// those steps skip that projection.
+    pub qkv0: Option<DBuf<f32>>,
     pub vocab: usize,
 }
 
@@ -214,13 +219,14 @@ impl DevTalker {
 
 impl DevCodePredictor {
     /// Loads the code predictor and, for the 1.7B geometry, folds the projection into the
-    /// embedding tables (`proj(E_j(c))`, `proj(C(c))`) with one GEMM each.
+    /// embedding tables (`proj(E_j(c))`, `proj(C(c))`) with one GEMM each, and with
+    /// `qkv_table` computes [`DevCodePredictor::qkv0`] from them.
     pub fn load(
         gpu: &Gpu,
         cfg: &ModelConfig,
         src: &WeightSource,
         talker: &DevTalker,
-        fp8: Fp8Scope,
+        (fp8, qkv_table_on): (Fp8Scope, bool),
     ) -> Result<Self, CudaError> {
         let w = CodePredictorW::load(cfg, &mut HostLoader(src))?;
         let d = cfg.talker.code_predictor.dims();
@@ -280,8 +286,13 @@ impl DevCodePredictor {
             }
             None => (None, None),
         };
+        let stack = DevStack::new(gpu, d, &w.layers, &w.norm, (fp8, Stack::CodePredictor))?;
+        let qkv0 = match &folded {
+            Some(f) if qkv_table_on => qkv_table(gpu, &stack, f, vocab)?,
+            _ => None,
+        };
         Ok(Self {
-            stack: DevStack::new(gpu, d, &w.layers, &w.norm, (fp8, Stack::CodePredictor))?,
+            stack,
             embeddings,
             lm_heads: w
                 .lm_heads
@@ -291,9 +302,44 @@ impl DevCodePredictor {
             projection,
             folded,
             folded_code0,
+            qkv0,
             vocab,
         })
     }
+}
+
+/// Input tables the code predictor's steps 1..14 read (`folded[0..14]`).
+const QKV_TABLE_STEPS: usize = 14;
+
+/// `qkv(norm(folded[j][c]))` for j < 14, c < `vocab`: the first layer's QKV projection of
+/// every input row of steps 1..14, computed on the GEMV a one-row call runs on, 8 rows a
+/// launch, so each row is what that layer computes for it at one row. None when the layer
+/// has FP8 codes (a one-row call may read those instead).
+fn qkv_table(
+    gpu: &Gpu,
+    s: &DevStack,
+    folded: &DBuf<f32>,
+    vocab: usize,
+) -> Result<Option<DBuf<f32>>, CudaError> {
+    let Some(l0) = s.layers.first() else {
+        return Ok(None);
+    };
+    if l0.qkv.fp8.is_some() {
+        return Ok(None);
+    }
+    let (ch, q) = (s.dims.hidden, l0.qkv.n);
+    let rows = QKV_TABLE_STEPS * vocab;
+    let table: DBuf<f32> = gpu.zeros(rows * q)?;
+    for r0 in (0..rows).step_by(8) {
+        let x = crate::linear::Rows {
+            ptr: folded.at(r0 * ch),
+            ld: ch,
+            count: (rows - r0).min(8),
+        };
+        let norm = Some((l0.input_norm.ptr, s.dims.rms_eps));
+        crate::linear::gemv_rows(gpu, &l0.qkv, x, norm, table.at(r0 * q), q)?;
+    }
+    Ok(Some(table))
 }
 
 /// `t[r][:] += b` for `rows` rows of width `n`.

@@ -1291,3 +1291,35 @@ fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
         }
     }
 }
+
+/// The code predictor's first-layer QKV of steps 1..14 from the table computed at load
+/// (`CudaOptions::cp_qkv_table`, the default; 1.7B geometry) gives what computing that
+/// projection in the loop gives: at 1 and 2 rows (GEMV rows, the table's kernel) the same
+/// sampled codes and last-head logits for 4 frames. (On models without the input
+/// projection, the demo's, there is no table and both runs are the same path.)
+#[test]
+fn qkv_table_matches_the_first_layers_projection() {
+    let test = "qkv_table_matches_the_first_layers_projection";
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let opts = |cp_qkv_table| CudaOptions {
+            cp_qkv_table,
+            ..options(false)
+        };
+        for rows in [1usize, 2] {
+            let Some(mut computed) = open_backend(&model, test, opts(false)) else {
+                return;
+            };
+            let prompts = many_prompts(&model, rows, 3, |i| {
+                format!("Table check {i}, a sentence of a few words.")
+            });
+            let seeds: Vec<u64> = (0..rows as u64).map(|i| 70 + i).collect();
+            let base = lock_step(&mut computed, &model, &prompts, &seeds, 4);
+            drop(computed);
+            let mut table = open_backend(&model, test, opts(true)).unwrap();
+            let run = lock_step(&mut table, &model, &prompts, &seeds, 4);
+            assert_same_run(&format!("{name}, {rows} rows, table"), &run, &base, 1e-6);
+            eprintln!("{test}: {name}, {rows} rows: 4 frames identical with the table");
+        }
+    }
+}

@@ -132,14 +132,13 @@ pub fn create_cuda(
                     .collect()
             })
             .unwrap_or_default(),
-        // one L1 / shared-memory split: PERCENT[:kernel-prefix,...] (all kernels without a list)
-        smem_carveout: match std::env::var("QWEN3_TTS_SMEM_CARVEOUT") {
-            Ok(v) => Some(
-                v.parse()
-                    .map_err(|e: String| anyhow::anyhow!("QWEN3_TTS_SMEM_CARVEOUT: {e}"))?,
-            ),
-            Err(_) => None,
-        },
+        // talker steps and code-predictor loops of at most N (or TALKER,CP) rows ask for the most L1
+        // the code predictor's first-layer QKV of steps 1..14 from a table (0: computed)
+        cp_qkv_table: on_unless_zero("QWEN3_TTS_CP_QKV_TABLE"),
+        max_l1_rows: parsed_knob(
+            "QWEN3_TTS_MAX_L1_ROWS",
+            tts_cuda::CudaOptions::default().max_l1_rows,
+        )?,
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
