@@ -129,6 +129,11 @@ pub struct CudaOptions {
     /// steps 1..14 at load (`DevCodePredictor::qkv0`, 1.7B geometry: 470 MB) so the
     /// sampler writes a row's QKV and those steps skip that projection (on by default).
     pub cp_qkv_table: bool,
+    /// Reserve the device's most persisting L2 and keep that many bytes of the code
+    /// predictor's layer weights (read 15 times a frame) there: the GEMV and cluster
+    /// launches of its layers mark that share of their weight lines persisting
+    /// (`Gpu::reserve_l2_for`). Off by default (a measurement knob).
+    pub l2_persist_cp: bool,
 }
 
 /// Largest batches whose launches ask for the most L1 (`CudaOptions::max_l1_rows`).
@@ -203,6 +208,7 @@ impl Default for CudaOptions {
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
             cp_qkv_table: true,
+            l2_persist_cp: false,
         }
     }
 }
@@ -315,6 +321,19 @@ impl CudaBackend {
             &talker,
             (opts.fp8, opts.cp_qkv_table),
         )?;
+        if opts.l2_persist_cp {
+            let lin = |l: &Linear| l.n * l.k * 2;
+            let bytes: usize = (cp.stack.layers.iter())
+                .map(|l| lin(&l.qkv) + lin(&l.o) + lin(&l.gate_up) + lin(&l.down))
+                .sum();
+            let kept = gpu.reserve_l2_for(bytes)?;
+            tracing::info!(
+                l2_bytes = kept,
+                layer_bytes = bytes,
+                ratio = gpu.l2_persist_ratio,
+                "code-predictor weights kept in L2 in part"
+            );
+        }
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
         ws.scratch.paths.tile &= opts.tile_linear;

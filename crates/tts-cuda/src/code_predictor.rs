@@ -92,14 +92,17 @@ pub fn predict(
         slots: rows2,
         positions: ws.cp_pos.ptr,
     };
-    run_layers(
-        gpu,
-        &cp.stack,
-        ws,
-        tok,
-        kv,
-        (Attention::Fused { tokens_per_row: 2 }, false),
-    )?;
+    // the stack's weights are read 15 times a frame: a share stays in L2 when reserved
+    gpu.with_l2_persist(|| {
+        run_layers(
+            gpu,
+            &cp.stack,
+            ws,
+            tok,
+            kv,
+            (Attention::Fused { tokens_per_row: 2 }, false),
+        )
+    })?;
     // The head reads each row's second token.
     let mut last = Rows {
         ptr: ws.cp_x.at(ch),
@@ -115,14 +118,16 @@ pub fn predict(
                 slots: rows1,
                 positions,
             };
-            run_layers(
-                gpu,
-                &cp.stack,
-                ws,
-                tok,
-                kv,
-                (Attention::Fused { tokens_per_row: 1 }, cp.qkv0.is_some()),
-            )?;
+            gpu.with_l2_persist(|| {
+                run_layers(
+                    gpu,
+                    &cp.stack,
+                    ws,
+                    tok,
+                    kv,
+                    (Attention::Fused { tokens_per_row: 1 }, cp.qkv0.is_some()),
+                )
+            })?;
             last = Rows {
                 ptr: ws.cp_x.ptr,
                 ld: ch,

@@ -5,7 +5,7 @@
 //! (it would also break graph capture). Kernels take raw device pointers (`u64`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use cudarc::cublas::sys as bsys;
@@ -151,6 +151,11 @@ pub struct Gpu {
     /// The preferred shared-memory carveout (percent) launches ask for now, or
     /// `NO_CARVEOUT` (the kernel's own).
     carveout: AtomicU8,
+    /// Share of a `launch_reading` window's lines marked persisting in L2 (0: never;
+    /// `reserve_l2_for`), while `l2_persist_on` (`with_l2_persist`).
+    pub l2_persist_ratio: f32,
+    l2_window_max: usize,
+    l2_persist_on: AtomicBool,
 }
 
 /// `Gpu::carveout` when launches ask for no carveout of their own.
@@ -282,6 +287,9 @@ impl Gpu {
             wides,
             without: Vec::new(),
             carveout: AtomicU8::new(NO_CARVEOUT),
+            l2_persist_ratio: 0.0,
+            l2_window_max: 0,
+            l2_persist_on: AtomicBool::new(false),
         })
     }
 
@@ -438,7 +446,7 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        self.launch_ex(name, grid, block, smem, None, args)
+        self.launch_ex(name, grid, block, (smem, None), None, args)
     }
 
     /// `launch_with` in thread-block clusters of `cluster` blocks along x (sm_90).
@@ -451,7 +459,61 @@ impl Gpu {
         cluster: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        self.launch_ex(name, grid, block, smem, Some(cluster), args)
+        self.launch_ex(name, grid, block, (smem, Some(cluster)), None, args)
+    }
+
+    /// `launch_with` (in clusters of `cluster` blocks when given) of a kernel that streams
+    /// the `weights` (address, bytes): inside [`Gpu::with_l2_persist`] a share of those
+    /// bytes is kept in L2's persisting set-aside (`l2_persist_ratio`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_reading(
+        &self,
+        weights: (u64, usize),
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        cluster: Option<u32>,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        self.launch_ex(name, grid, block, (smem, cluster), Some(weights), args)
+    }
+
+    /// Reserves L2 for persisting accesses (the device's most, `CU_LIMIT_PERSISTING_L2_CACHE_SIZE`)
+    /// and sets [`Gpu::l2_persist_ratio`] so that `resident_bytes` of weights read inside
+    /// [`Gpu::with_l2_persist`] fill it. Returns the bytes set aside (0: not supported).
+    pub fn reserve_l2_for(&mut self, resident_bytes: usize) -> Result<usize, CudaError> {
+        let most = self.ctx.attribute(
+            dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE,
+        )?;
+        let window = self.ctx.attribute(
+            dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE,
+        )?;
+        if most <= 0 || window <= 0 || resident_bytes == 0 {
+            return Ok(0);
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: sets a limit of the context bound to this thread; no pointers involved.
+        unsafe {
+            dsys::cuCtxSetLimit(
+                dsys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE,
+                most as usize,
+            )
+        }
+        .result()?;
+        self.l2_persist_ratio = (most as f32 / resident_bytes as f32).min(1.0);
+        self.l2_window_max = window as usize;
+        Ok(most as usize)
+    }
+
+    /// Runs `f` with the weight reads of its `launch_reading` launches marked persisting in
+    /// L2 for a share `l2_persist_ratio` of their lines (the rest streaming), when a share
+    /// was reserved (`reserve_l2_for`).
+    pub fn with_l2_persist<R>(&self, f: impl FnOnce() -> R) -> R {
+        let before = self.l2_persist_on.swap(true, Ordering::Relaxed);
+        let r = f();
+        self.l2_persist_on.store(before, Ordering::Relaxed);
+        r
     }
 
     fn launch_ex(
@@ -459,8 +521,8 @@ impl Gpu {
         name: &'static str,
         grid: (u32, u32, u32),
         block: u32,
-        smem: u32,
-        cluster: Option<u32>,
+        (smem, cluster): (u32, Option<u32>),
+        weights: Option<(u64, usize)>,
         args: &[Arg],
     ) -> Result<(), CudaError> {
         let (f, pdl_ready) = self.funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
@@ -488,7 +550,7 @@ impl Gpu {
             *p = c as *mut u64 as *mut std::ffi::c_void;
         }
         // SAFETY: a plain-old-data C union; zero is a valid bit pattern for it.
-        let mut attrs: [dsys::CUlaunchAttribute; 3] = unsafe { std::mem::zeroed() };
+        let mut attrs: [dsys::CUlaunchAttribute; 4] = unsafe { std::mem::zeroed() };
         let mut count = 0;
         if self.pdl && *pdl_ready {
             let a = &mut attrs[count];
@@ -511,6 +573,20 @@ impl Gpu {
             let a = &mut attrs[count];
             a.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
             a.value.sharedMemCarveout = u32::from(carveout);
+            count += 1;
+        }
+        if let Some((ptr, bytes)) = weights
+            .filter(|_| self.l2_persist_ratio > 0.0 && self.l2_persist_on.load(Ordering::Relaxed))
+        {
+            let a = &mut attrs[count];
+            a.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+            a.value.accessPolicyWindow = dsys::CUaccessPolicyWindow {
+                base_ptr: ptr as *mut std::ffi::c_void,
+                num_bytes: bytes.min(self.l2_window_max),
+                hitRatio: self.l2_persist_ratio,
+                hitProp: dsys::CUaccessProperty::CU_ACCESS_PROPERTY_PERSISTING,
+                missProp: dsys::CUaccessProperty::CU_ACCESS_PROPERTY_STREAMING,
+            };
             count += 1;
         }
         let cfg = dsys::CUlaunchConfig {

@@ -474,12 +474,13 @@ fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
         _ => ("mma_cluster_t8", 64),
     };
     let smem = cluster_smem(tile, l.k / cs);
-    gpu.launch_cluster(
+    gpu.launch_reading(
+        (l.w.ptr, 2 * l.n * l.k),
         name,
         (cs as u32, (l.n / 128) as u32, 1),
         256,
         smem as u32,
-        cs as u32,
+        Some(cs as u32),
         &row_kernel_args(l, c),
     )
 }
@@ -585,10 +586,13 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
     let mut args = row_kernel_args(l, c).to_vec();
     args.push(Arg::I(ksplit as i32));
     // `codes` comes from `LinearPaths::fp8_codes`: at most FP8_GEMV_MAX_ROWS rows
+    // the weights it streams: bf16, or one byte per E4M3 code
+    let mut weights = (l.w.ptr, 2 * l.n * l.k);
     let name = match l.fp8.as_ref().filter(|_| codes) {
         Some(f) => {
             args[0] = Arg::P(f.codes.ptr);
             args.push(Arg::P(f.scales.ptr));
+            weights = (f.codes.ptr, l.n * l.k);
             ["gemv8_m1", "gemv8_m2"][bucket]
         }
         None => {
@@ -604,5 +608,5 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
             }
         }
     };
-    gpu.launch(name, (blocks, 1, 1), 256, &args)
+    gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)
 }
