@@ -92,17 +92,18 @@ pub fn predict(
         slots: rows2,
         positions: ws.cp_pos.ptr,
     };
-    // the stack's weights are read 15 times a frame: a share stays in L2 when reserved
-    gpu.with_l2_persist(|| {
-        run_layers(
-            gpu,
-            &cp.stack,
-            ws,
-            tok,
-            kv,
-            (Attention::Fused { tokens_per_row: 2 }, false),
-        )
-    })?;
+    // The stack over `tok` (rows of `per_row` new tokens; with `qkv_given` the first
+    // layer's QKV rows are the table's, written by the sampler). Its weights are read 15
+    // times a frame: a share stays in L2 when reserved (`Gpu::reserve_l2_for`).
+    let layers = |tok: Tokens, per_row: usize, qkv_given: bool| {
+        gpu.with_l2_persist(|| {
+            let mode = Attention::Fused {
+                tokens_per_row: per_row,
+            };
+            run_layers(gpu, &cp.stack, ws, tok, kv, (mode, qkv_given))
+        })
+    };
+    layers(tok, 2, false)?;
     // The head reads each row's second token.
     let mut last = Rows {
         ptr: ws.cp_x.at(ch),
@@ -118,16 +119,7 @@ pub fn predict(
                 slots: rows1,
                 positions,
             };
-            gpu.with_l2_persist(|| {
-                run_layers(
-                    gpu,
-                    &cp.stack,
-                    ws,
-                    tok,
-                    kv,
-                    (Attention::Fused { tokens_per_row: 1 }, cp.qkv0.is_some()),
-                )
-            })?;
+            layers(tok, 1, cp.qkv0.is_some())?;
             last = Rows {
                 ptr: ws.cp_x.ptr,
                 ld: ch,
