@@ -132,11 +132,11 @@ pub fn create_cuda(
                     .collect()
             })
             .unwrap_or_default(),
-        // talker steps and code-predictor loops of at most N (or TALKER,CP) rows ask for the most L1
         // the code predictor's first-layer QKV of steps 1..14 from a table (0: computed)
         cp_qkv_table: on_unless_zero("QWEN3_TTS_CP_QKV_TABLE"),
         // a share of the code predictor's layer weights kept in L2 (=1; off by default)
         l2_persist_cp: std::env::var("QWEN3_TTS_L2_PERSIST_CP").is_ok_and(|v| v == "1"),
+        // talker steps and code-predictor loops of at most N (or TALKER,CP) rows ask for the most L1
         max_l1_rows: parsed_knob(
             "QWEN3_TTS_MAX_L1_ROWS",
             tts_cuda::CudaOptions::default().max_l1_rows,
