@@ -322,10 +322,7 @@ impl CudaBackend {
             (opts.fp8, opts.cp_qkv_table),
         )?;
         if opts.l2_persist_cp {
-            let lin = |l: &Linear| l.n * l.k * 2;
-            let bytes: usize = (cp.stack.layers.iter())
-                .map(|l| lin(&l.qkv) + lin(&l.o) + lin(&l.gate_up) + lin(&l.down))
-                .sum();
+            let bytes = cp.stack.layer_bytes();
             let kept = gpu.reserve_l2_for(bytes)?;
             tracing::info!(
                 l2_bytes = kept,
@@ -784,13 +781,8 @@ impl CudaBackend {
 
     /// Bytes of weights one talker step and one code-predictor loop read (once each).
     pub fn weight_bytes(&self) -> (u64, u64) {
-        let lin = |l: &crate::linear::Linear| (l.n * l.k * 2) as u64;
-        let stack = |s: &crate::weights::DevStack| -> u64 {
-            s.layers
-                .iter()
-                .map(|l| lin(&l.qkv) + lin(&l.o) + lin(&l.gate_up) + lin(&l.down))
-                .sum()
-        };
+        let lin = |l: &Linear| l.bf16_bytes() as u64;
+        let stack = |s: &crate::weights::DevStack| s.layer_bytes() as u64;
         let t = stack(&self.talker.stack)
             + lin(&self.talker.codec_head)
             + lin(&self.talker.fc1)

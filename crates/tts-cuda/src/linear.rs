@@ -66,6 +66,11 @@ impl Linear {
         })
     }
 
+    /// Bytes of its bf16 weight matrix.
+    pub fn bf16_bytes(&self) -> usize {
+        2 * self.n * self.k
+    }
+
     /// Uploads an FP8 weight: its codes and scales for the GEMV, and the dequantized
     /// matrix (exact in bf16) for the other paths.
     pub fn new_fp8(gpu: &Gpu, q: &Fp8Rows, bias: Option<&[f32]>) -> Result<Self, CudaError> {
@@ -475,7 +480,7 @@ fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
     };
     let smem = cluster_smem(tile, l.k / cs);
     gpu.launch_reading(
-        (l.w.ptr, 2 * l.n * l.k),
+        (l.w.ptr, l.bf16_bytes()),
         name,
         (cs as u32, (l.n / 128) as u32, 1),
         256,
@@ -566,16 +571,22 @@ pub fn gemv_rows(
     gemv(gpu, l, &call, false)
 }
 
+/// Which of a GEMV's four row templates (1, 2, 4, 8 rows: index 0..=3) takes `rows`
+/// (1..=8) rows: `gemv.cu`'s and `codec_gemv.cu`'s entry points alike.
+pub(crate) fn gemv_bucket(rows: usize) -> usize {
+    match rows {
+        0 | 1 => 0,
+        2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    }
+}
+
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
 /// FP8 layer, else over the bf16 weights.
 fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError> {
     let m = c.x.count;
-    let bucket = match m {
-        1 => 0,
-        2 => 1,
-        3 | 4 => 2,
-        _ => 3,
-    };
+    let bucket = gemv_bucket(m);
     // Split K over more warps when the layer has few rows, so it still fills the GPU.
     let ksplit = match l.n {
         n if n >= 4096 => 1,
@@ -587,7 +598,7 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
     args.push(Arg::I(ksplit as i32));
     // `codes` comes from `LinearPaths::fp8_codes`: at most FP8_GEMV_MAX_ROWS rows
     // the weights it streams: bf16, or one byte per E4M3 code
-    let mut weights = (l.w.ptr, 2 * l.n * l.k);
+    let mut weights = (l.w.ptr, l.bf16_bytes());
     let name = match l.fp8.as_ref().filter(|_| codes) {
         Some(f) => {
             args[0] = Arg::P(f.codes.ptr);

@@ -140,6 +140,18 @@ pub struct DevStack {
 }
 
 impl DevStack {
+    /// Bytes of the bf16 matrices of its layers (what one pass over them reads).
+    pub fn layer_bytes(&self) -> usize {
+        (self.layers.iter())
+            .map(|l| {
+                [&l.qkv, &l.o, &l.gate_up, &l.down]
+                    .map(Linear::bf16_bytes)
+                    .iter()
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
     fn new(
         gpu: &Gpu,
         d: StackDims,
@@ -330,13 +342,13 @@ fn qkv_table(
     let (ch, q) = (s.dims.hidden, l0.qkv.n);
     let rows = QKV_TABLE_STEPS * vocab;
     let table: DBuf<f32> = gpu.zeros(rows * q)?;
+    let norm = Some((l0.input_norm.ptr, s.dims.rms_eps));
     for r0 in (0..rows).step_by(8) {
         let x = crate::linear::Rows {
             ptr: folded.at(r0 * ch),
             ld: ch,
             count: (rows - r0).min(8),
         };
-        let norm = Some((l0.input_norm.ptr, s.dims.rms_eps));
         crate::linear::gemv_rows(gpu, &l0.qkv, x, norm, table.at(r0 * q), q)?;
     }
     Ok(Some(table))

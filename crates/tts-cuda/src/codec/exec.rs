@@ -132,13 +132,10 @@ fn codec_gemv(
     beta: f32,
     (pro, g, eps): (i32, u64, f32),
 ) -> Result<(), CudaError> {
-    let bucket = match steps {
-        0 => return Ok(()),
-        1 => 0,
-        2 => 1,
-        3 | 4 => 2,
-        _ => 3,
-    };
+    if steps == 0 {
+        return Ok(());
+    }
+    let bucket = crate::linear::gemv_bucket(steps);
     let name = if half {
         [
             "codec_gemv_h1",
