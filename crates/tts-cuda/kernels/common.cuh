@@ -46,25 +46,32 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+// The linear kernels' output value for output n before the residual, given the bias
+// values (b0 = bias[n], b1 = bias[n + 1]; `has_bias` false: none): with act 2, `v` and
+// `up` are the sums of the (gate, up) weight rows (n, n+1) and the value is silu(gate)·up;
+// otherwise act(v) (act 1: SiLU). The bias comes first.
+__device__ __forceinline__ float linear_act(float v, float up, int act, bool has_bias, float b0,
+                                            float b1) {
+    if (act == 2) {
+        if (has_bias) { v += b0; up += b1; }
+        return silu(v) * up;
+    }
+    if (has_bias) v += b0;
+    if (act == 1) v = silu(v);
+    return v;
+}
+
 // The linear kernels' epilogue (gemv.cu, mma.cu, mma_cluster.cu) for output n of row m:
-// with act 2, `v` and `up` are the sums of the (gate, up) weight rows (n, n+1) and
-// y[m][n/2] = silu(gate)·up; otherwise y[m][n] = act(v) (act 1: SiLU). The bias comes
-// first, the residual `res` (which may alias y) last.
+// linear_act, then the residual `res` (which may alias y) added last; act 2 writes
+// y[m][n/2].
 __device__ __forceinline__ void linear_store(float v, float up, int n, int m, int act,
                                              const float* __restrict__ bias, const float* res,
                                              int ldr, float* Y, int ldy) {
-    if (act == 2) {
-        if (bias) { v += bias[n]; up += bias[n + 1]; }
-        float o = silu(v) * up;
-        const int col = n / 2;
-        if (res) o += res[(size_t)m * ldr + col];
-        Y[(size_t)m * ldy + col] = o;
-    } else {
-        if (bias) v += bias[n];
-        if (act == 1) v = silu(v);
-        if (res) v += res[(size_t)m * ldr + n];
-        Y[(size_t)m * ldy + n] = v;
-    }
+    const bool hb = bias != nullptr;
+    float o = linear_act(v, up, act, hb, hb ? bias[n] : 0.f, hb && act == 2 ? bias[n + 1] : 0.f);
+    const int col = act == 2 ? n / 2 : n;
+    if (res) o += res[(size_t)m * ldr + col];
+    Y[(size_t)m * ldy + col] = o;
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.

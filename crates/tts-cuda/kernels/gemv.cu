@@ -176,8 +176,28 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
                 if (idx < k_end) prefetch_l2(wrow[r] + (size_t)idx * EB);
         }
     }
+    // The lane that stores output (r, m) (see the end): with one row (EARLY_EPI), its bias
+    // and FP8 scale values now (immutable) and its residual value right after the wait, in
+    // flight during the products, so the epilogue waits on no memory (the H200: one-row
+    // stages 2-3 % faster; the talker's four-row step measured ~20 % slower with it).
+    constexpr bool EARLY_EPI = M == 1;
+    const int sr = lane / M, sn = n0 + sr;
+    const bool stores = EARLY_EPI && part == 0 && lane < GEMV_R * M && lane % M < rows_valid &&
+                        sn < N && !(act == 2 && sr != 0);
+    float pre_b[2] = {0.f, 0.f}, pre_s[2] = {1.f, 1.f}, pre_res = 0.f;
+    if (stores) {
+        if (bias) {
+            pre_b[0] = bias[sn];
+            if (act == 2) pre_b[1] = bias[sn + 1];
+        }
+        if constexpr (F8) {
+            pre_s[0] = scales[sn];
+            if (act == 2) pre_s[1] = scales[sn + 1];
+        }
+    }
     pdl_wait();
     pdl_trigger();
+    if (stores && res) pre_res = res[act == 2 ? sn / 2 : sn];
     float acc[GEMV_R][M], sq[M];
 #pragma unroll
     for (int m = 0; m < M; m++) {
@@ -253,7 +273,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     for (int p = 0; p < ksplit; p++) a += s_part[warp + p][lane];
     const int n = n0 + r;
     if (m >= rows_valid || n >= N) return;
-    if constexpr (F8) a *= scales[n];
+    if constexpr (F8) a *= EARLY_EPI ? pre_s[0] : scales[n];
     float inv = 1.f;
     if (norm) {
         // the group's warps cover K once between them: their Σ x² meet in the same order
@@ -266,14 +286,25 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     if (act == 2) {
         if (r != 0) return;
         for (int p = 0; p < ksplit; p++) up += s_part[warp + p][M + m];
-        if constexpr (F8) up *= scales[n + 1];
+        if constexpr (F8) up *= EARLY_EPI ? pre_s[1] : scales[n + 1];
         up *= inv;
     }
-    linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
+    if constexpr (EARLY_EPI) {
+        const float o = linear_act(a, up, act, bias != nullptr, pre_b[0], pre_b[1]);
+        Y[act == 2 ? n / 2 : n] = res ? o + pre_res : o;
+    } else {
+        linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
+    }
 }
 
-#define GEMV_ENTRY(NAME, MM, F8, WT, PRE)                                                      \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+// BOUNDS: the kernel's __launch_bounds__. gemv_m2 compiled to 84 registers fits two blocks
+// a multiprocessor; held to three blocks (80 registers) the H200 ran two-row stages 3-10 %
+// faster (`bench/results/2026-12-03-h200-staged-gemv`). The others keep the plain bound: a
+// minimum of one block lets the compiler take more registers (gemv_m8: 128 -> 190).
+#define GEMV_THREE_BLOCKS __launch_bounds__(256, 3)
+#define GEMV_BOUNDS __launch_bounds__(256)
+#define GEMV_ENTRY(NAME, MM, F8, WT, PRE, BOUNDS)                                              \
+    extern "C" __global__ void BOUNDS NAME(                                                    \
         const WT* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,           \
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
@@ -283,12 +314,12 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     }
 
 // bf16 weights (`scales` unused)
-GEMV_ENTRY(gemv_m1, 1, false, bf16, false)
-GEMV_ENTRY(gemv_m2, 2, false, bf16, false)
-GEMV_ENTRY(gemv_m4, 4, false, bf16, false)
-GEMV_ENTRY(gemv_m8, 8, false, bf16, false)
+GEMV_ENTRY(gemv_m1, 1, false, bf16, false, GEMV_BOUNDS)
+GEMV_ENTRY(gemv_m2, 2, false, bf16, false, GEMV_THREE_BLOCKS)
+GEMV_ENTRY(gemv_m4, 4, false, bf16, false, GEMV_BOUNDS)
+GEMV_ENTRY(gemv_m8, 8, false, bf16, false, GEMV_BOUNDS)
 // one row, warps with two or more passes over K (`linear.rs` routes)
-GEMV_ENTRY(gemv_m1_pre, 1, false, bf16, true)
+GEMV_ENTRY(gemv_m1_pre, 1, false, bf16, true, GEMV_BOUNDS)
 // E4M3 weights with per-row scales (one or two rows: `routing::fp8_gemv`)
-GEMV_ENTRY(gemv8_m1, 1, true, unsigned char, false)
-GEMV_ENTRY(gemv8_m2, 2, true, unsigned char, false)
+GEMV_ENTRY(gemv8_m1, 1, true, unsigned char, false, GEMV_BOUNDS)
+GEMV_ENTRY(gemv8_m2, 2, true, unsigned char, false, GEMV_BOUNDS)

@@ -17,7 +17,7 @@ use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
 
 use crate::codec::{CodecPrecision, DevCodec, ImplicitConv};
-use crate::device::{Gpu, Graph};
+use crate::device::{Gpu, Graph, SmallCall};
 use crate::error::CudaError;
 use crate::lane::CpLane;
 use crate::linear::Linear;
@@ -125,6 +125,11 @@ pub struct CudaOptions {
     /// (code predictor), slower above, where tensor-core kernels that want shared memory
     /// sit between them.
     pub max_l1_rows: MaxL1Rows,
+    /// Which stages' one-row calls run their GEMVs from weights staged in shared memory
+    /// (`gemv_staged.cu`, `SmallCall::Staged`): each block copies its weight tile before
+    /// the PDL wait, so consecutive GEMVs of a batch-1 chain load their weights while the
+    /// one before computes.
+    pub staged_gemv: StagedGemv,
     /// Compute the code predictor's first-layer QKV projection of every input row of
     /// steps 1..14 at load (`DevCodePredictor::qkv0`, 1.7B geometry: 470 MB) so the
     /// sampler writes a row's QKV and those steps skip that projection (on by default).
@@ -141,6 +146,41 @@ pub struct CudaOptions {
 pub struct MaxL1Rows {
     pub talker: usize,
     pub code_predictor: usize,
+}
+
+/// Which stages' one-row calls take the staged GEMV (`CudaOptions::staged_gemv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedGemv {
+    pub talker: bool,
+    pub code_predictor: bool,
+}
+
+impl Default for StagedGemv {
+    fn default() -> Self {
+        Self {
+            talker: false,
+            code_predictor: true,
+        }
+    }
+}
+
+impl std::str::FromStr for StagedGemv {
+    type Err = String;
+
+    /// `0` (neither), `cp`, `talker` or `1` (both).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (talker, code_predictor) = match s.trim() {
+            "0" | "off" | "none" => (false, false),
+            "cp" | "code_predictor" => (false, true),
+            "talker" => (true, false),
+            "1" | "on" | "both" => (true, true),
+            _ => return Err(format!("expected 0, cp, talker or 1, got `{s}`")),
+        };
+        Ok(Self {
+            talker,
+            code_predictor,
+        })
+    }
 }
 
 impl Default for MaxL1Rows {
@@ -207,6 +247,7 @@ impl Default for CudaOptions {
             side_by_side: false,
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
+            staged_gemv: StagedGemv::default(),
             cp_qkv_table: true,
             l2_persist_cp: false,
         }
@@ -434,7 +475,11 @@ impl CudaBackend {
         let lane = if opts.side_by_side && cp_loop.is_none() {
             Some(CpLane::new(
                 opts.device,
-                (gpu.pdl, opts.max_l1_rows.code_predictor),
+                (
+                    gpu.pdl,
+                    opts.max_l1_rows.code_predictor,
+                    opts.staged_gemv.code_predictor,
+                ),
                 &model.config,
                 opts.limits,
                 &ws.scratch.paths,
@@ -653,7 +698,12 @@ impl CudaBackend {
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
         match kind {
             GraphKind::TalkerStep => {
-                self.gpu.with_max_l1(b <= self.opts.max_l1_rows.talker, || {
+                let mode = SmallCall::for_rows(
+                    b,
+                    self.opts.max_l1_rows.talker,
+                    self.opts.staged_gemv.talker,
+                );
+                self.gpu.with_small_call(mode, || {
                     step(
                         &self.gpu,
                         &self.talker,
@@ -666,18 +716,22 @@ impl CudaBackend {
                 })
             }
             GraphKind::CodePredictor => {
-                self.gpu
-                    .with_max_l1(b <= self.opts.max_l1_rows.code_predictor, || {
-                        crate::code_predictor::predict(
-                            &self.gpu,
-                            &self.talker,
-                            &self.cp,
-                            &self.ws,
-                            self.ws.slot_buffers(),
-                            b,
-                            self.cp_loop.as_ref(),
-                        )
-                    })
+                let mode = SmallCall::for_rows(
+                    b,
+                    self.opts.max_l1_rows.code_predictor,
+                    self.opts.staged_gemv.code_predictor,
+                );
+                self.gpu.with_small_call(mode, || {
+                    crate::code_predictor::predict(
+                        &self.gpu,
+                        &self.talker,
+                        &self.cp,
+                        &self.ws,
+                        self.ws.slot_buffers(),
+                        b,
+                        self.cp_loop.as_ref(),
+                    )
+                })
             }
             GraphKind::Prefill { rows } => {
                 prefill(&self.gpu, &self.talker, &self.ws, b, rows, self.rules)
@@ -1130,7 +1184,7 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::MaxL1Rows;
+    use super::{MaxL1Rows, StagedGemv};
 
     #[test]
     fn max_l1_rows_parse_one_number_or_a_pair() {
@@ -1140,5 +1194,18 @@ mod tests {
         assert_eq!((pair.talker, pair.code_predictor), (2, 16));
         assert!("four".parse::<MaxL1Rows>().is_err());
         assert!("1,x".parse::<MaxL1Rows>().is_err());
+    }
+
+    #[test]
+    fn staged_gemv_parses_each_choice() {
+        let pick = |s: &str| {
+            let v: StagedGemv = s.parse().expect(s);
+            (v.talker, v.code_predictor)
+        };
+        assert_eq!(pick("0"), (false, false));
+        assert_eq!(pick("cp"), (false, true));
+        assert_eq!(pick(" talker "), (true, false));
+        assert_eq!(pick("1"), (true, true));
+        assert!("yes".parse::<StagedGemv>().is_err());
     }
 }

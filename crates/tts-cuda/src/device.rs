@@ -31,6 +31,7 @@ pub const KERNELS: &[&str] = &[
     "gemv_m4",
     "gemv_m8",
     "gemv_m1_pre",
+    "gemv_staged_m1",
     "gemv8_m1",
     "gemv8_m2",
     "mma_linear_t1",
@@ -148,9 +149,10 @@ pub struct Gpu {
     pub wides: bool,
     /// Name prefixes of kernels left out (`CudaOptions::without_kernels`, a timing ablation).
     pub without: Vec<String>,
-    /// The preferred shared-memory carveout (percent) launches ask for now, or
-    /// `NO_CARVEOUT` (the kernel's own).
-    carveout: AtomicU8,
+    /// `gemv_staged.cu` runs here, with its shared memory (sm_90 and newer).
+    pub staged: bool,
+    /// The [`SmallCall`] mode launches are enqueued in now (`with_small_call`), as u8.
+    small_call: AtomicU8,
     /// Share of a `launch_reading` window's lines marked persisting in L2 (0: never;
     /// `reserve_l2_for`), while `l2_persist_on` (`with_l2_persist`).
     pub l2_persist_ratio: f32,
@@ -158,8 +160,47 @@ pub struct Gpu {
     l2_persist_on: AtomicBool,
 }
 
-/// `Gpu::carveout` when launches ask for no carveout of their own.
-const NO_CARVEOUT: u8 = u8::MAX;
+/// How the launches of a stage call of few rows ask for L1 and shared memory
+/// ([`Gpu::with_small_call`]). A multiprocessor changes its L1 / shared-memory split only
+/// when idle, so kernels of different splits in a row cannot overlap under PDL: a call's
+/// launches should agree on one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum SmallCall {
+    /// Each kernel's own preference.
+    #[default]
+    Default = 0,
+    /// Kernels without dynamic shared memory or clusters ask for the most L1 (carveout 0;
+    /// one that needs shared memory still gets it). See `CudaOptions::max_l1_rows`.
+    MaxL1 = 1,
+    /// One-row GEMVs read weights staged in shared memory (`gemv_staged.cu`, where the
+    /// shape fits) and every launch without clusters asks for the most shared memory
+    /// (carveout 100), so the tiles of consecutive GEMVs fit side by side. See
+    /// `CudaOptions::staged_gemv`.
+    Staged = 2,
+}
+
+impl SmallCall {
+    /// The mode of a call of `rows` rows in a stage whose calls of at most `max_l1_rows`
+    /// ask for the most L1 and whose one-row calls take the staged GEMV when `staged`.
+    pub fn for_rows(rows: usize, max_l1_rows: usize, staged: bool) -> Self {
+        if staged && rows == 1 {
+            Self::Staged
+        } else if rows <= max_l1_rows {
+            Self::MaxL1
+        } else {
+            Self::Default
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::MaxL1,
+            2 => Self::Staged,
+            _ => Self::Default,
+        }
+    }
+}
 
 impl Gpu {
     /// Opens device `ordinal`: loads the libraries, creates the context and stream,
@@ -269,7 +310,19 @@ impl Gpu {
             };
             usable("wide linear kernels", wide_names.iter().try_for_each(setup))
         };
-        tracing::info!(%name, %arch, clusters, tiles, wides, "CUDA device ready");
+        // gemv_staged.cu holds up to STAGED_MAX_SMEM bytes of weights per block
+        let staged = maj >= 9
+            && usable(
+                "staged GEMV",
+                funcs["gemv_staged_m1"]
+                    .0
+                    .set_attribute(
+                        dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        crate::linear::STAGED_MAX_SMEM as i32,
+                    )
+                    .map_err(CudaError::from),
+            );
+        tracing::info!(%name, %arch, clusters, tiles, wides, staged, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
@@ -286,7 +339,8 @@ impl Gpu {
             tiles,
             wides,
             without: Vec::new(),
-            carveout: AtomicU8::new(NO_CARVEOUT),
+            staged,
+            small_call: AtomicU8::new(SmallCall::Default as u8),
             l2_persist_ratio: 0.0,
             l2_window_max: 0,
             l2_persist_on: AtomicBool::new(false),
@@ -424,17 +478,23 @@ impl Gpu {
         Ok(())
     }
 
-    /// Runs `f` (which enqueues work) with, when `on`, the launches of kernels without
-    /// dynamic shared memory or clusters asking for the most L1 and the least shared
-    /// memory (`CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT` 0; a kernel that
-    /// needs more shared memory still gets it). Graph capture records the attribute with
-    /// each launch. See `CudaOptions::max_l1_rows` for why.
-    pub fn with_max_l1<R>(&self, on: bool, f: impl FnOnce() -> R) -> R {
-        let want = if on { 0 } else { NO_CARVEOUT };
-        let before = self.carveout.swap(want, Ordering::Relaxed);
+    /// Runs `f` (which enqueues work) with its launches in `mode`: their
+    /// `CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT` and, for `Staged`, the
+    /// one-row GEMV they take. Graph capture records the attribute with each launch.
+    pub fn with_small_call<R>(&self, mode: SmallCall, f: impl FnOnce() -> R) -> R {
+        let before = self.small_call.swap(mode as u8, Ordering::Relaxed);
         let r = f();
-        self.carveout.store(before, Ordering::Relaxed);
+        self.small_call.store(before, Ordering::Relaxed);
         r
+    }
+
+    /// Whether one-row GEMVs enqueued now take `gemv_staged.cu` (where the shape fits).
+    pub fn staged_gemv(&self) -> bool {
+        self.staged && self.small_call() == SmallCall::Staged
+    }
+
+    fn small_call(&self) -> SmallCall {
+        SmallCall::from_u8(self.small_call.load(Ordering::Relaxed))
     }
 
     /// `launch` with `smem` bytes of dynamic shared memory per block.
@@ -566,13 +626,18 @@ impl Gpu {
             a.value.clusterDim.z = 1;
             count += 1;
         }
-        // kernels with dynamic shared memory or clusters (the tensor-core linear layers)
-        // keep the split they ask for
-        let carveout = self.carveout.load(Ordering::Relaxed);
-        if carveout != NO_CARVEOUT && smem == 0 && cluster.is_none() {
+        // MaxL1: kernels with dynamic shared memory or clusters (the tensor-core linear
+        // layers) keep the split they ask for; Staged: all but cluster kernels ask for the
+        // most shared memory
+        let carveout = match self.small_call() {
+            SmallCall::MaxL1 if smem == 0 && cluster.is_none() => Some(0),
+            SmallCall::Staged if cluster.is_none() => Some(100),
+            _ => None,
+        };
+        if let Some(carveout) = carveout {
             let a = &mut attrs[count];
             a.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
-            a.value.sharedMemCarveout = u32::from(carveout);
+            a.value.sharedMemCarveout = carveout;
             count += 1;
         }
         if let Some((ptr, bytes)) = weights

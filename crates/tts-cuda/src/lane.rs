@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use tts_model::config::ModelConfig;
 
 use crate::code_predictor::predict;
-use crate::device::{Gpu, Graph};
+use crate::device::{Gpu, Graph, SmallCall};
 use crate::error::CudaError;
 use crate::routing::LinearPaths;
 use crate::weights::{DevCodePredictor, DevTalker};
@@ -21,8 +21,9 @@ pub struct CpLane {
     pub ws: Workspace,
     graphs: HashMap<usize, Graph>,
     use_graphs: bool,
-    /// Loops of at most this many rows ask for the most L1 (`CudaOptions::max_l1_rows`).
-    max_l1_rows: usize,
+    /// Loops of at most this many rows ask for the most L1 (`CudaOptions::max_l1_rows`),
+    /// and whether one-row loops take the staged GEMV (`CudaOptions::staged_gemv`).
+    small: (usize, bool),
 }
 
 impl CpLane {
@@ -31,7 +32,7 @@ impl CpLane {
     /// main workspace's do.
     pub fn new(
         ordinal: usize,
-        (pdl, max_l1_rows): (bool, usize),
+        (pdl, max_l1_rows, staged): (bool, usize, bool),
         cfg: &ModelConfig,
         limits: Limits,
         paths: &LinearPaths,
@@ -56,8 +57,12 @@ impl CpLane {
             ws,
             graphs: HashMap::new(),
             use_graphs,
-            max_l1_rows,
+            small: (max_l1_rows, staged),
         })
+    }
+
+    fn mode(&self, b: usize) -> SmallCall {
+        SmallCall::for_rows(b, self.small.0, self.small.1)
     }
 
     /// Captures the loop's graph for bucket `b` (when graphs are on).
@@ -69,9 +74,9 @@ impl CpLane {
         b: usize,
     ) -> Result<(), CudaError> {
         if self.use_graphs && !self.graphs.contains_key(&b) {
-            let (ws, max_l1_rows) = (&self.ws, self.max_l1_rows);
+            let (ws, mode) = (&self.ws, self.mode(b));
             let g = Graph::capture(&self.gpu, |gpu| {
-                gpu.with_max_l1(b <= max_l1_rows, || predict(gpu, t, cp, ws, state, b, None))
+                gpu.with_small_call(mode, || predict(gpu, t, cp, ws, state, b, None))
             })?;
             self.graphs.insert(b, g);
         }
@@ -90,7 +95,7 @@ impl CpLane {
         self.prepare(t, cp, state, b)?;
         match self.graphs.get(&b) {
             Some(g) => g.launch(),
-            None => self.gpu.with_max_l1(b <= self.max_l1_rows, || {
+            None => self.gpu.with_small_call(self.mode(b), || {
                 predict(&self.gpu, t, cp, &self.ws, state, b, None)
             }),
         }

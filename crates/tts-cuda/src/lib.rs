@@ -27,7 +27,7 @@ pub mod talker;
 pub mod weights;
 pub mod workspace;
 
-pub use backend::{CudaBackend, CudaOptions, MaxL1Rows};
+pub use backend::{CudaBackend, CudaOptions, MaxL1Rows, StagedGemv};
 pub use error::CudaError;
 
 /// Compiles every kernel for `arch` (e.g. `sm_90`) without touching a GPU: needs only

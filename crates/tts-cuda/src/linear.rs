@@ -266,7 +266,7 @@ pub fn linear_then(
     };
     if path == LinearPath::Gemv {
         let codes = l.fp8.is_some() && scratch.paths.fp8_codes(m, l.n, l.k, norm_p != 0);
-        return gemv(gpu, l, &call, codes);
+        return gemv(gpu, l, &call, codes, next.is_some());
     }
     if path == LinearPath::Cluster {
         return cluster(gpu, l, &call);
@@ -568,7 +568,53 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    gemv(gpu, l, &call, false)
+    gemv(gpu, l, &call, false, false)
+}
+
+/// How many warps of a GEMV (`gemv.cu`, `gemv_staged.cu`) share one output row's K: more
+/// when the layer has few rows, so it still fills the GPU.
+fn gemv_ksplit(n: usize) -> usize {
+    match n {
+        n if n >= 4096 => 1,
+        n if n >= 2048 => 2,
+        _ => 4,
+    }
+}
+
+/// Most bytes of weights a `gemv_staged.cu` block holds: two such blocks (consecutive
+/// launches) fit one H200 multiprocessor's 227 KiB.
+pub const STAGED_MAX_SMEM: usize = 96 << 10;
+
+/// How `gemv_staged_m1` covers an `n × k` layer: `blocks` blocks of `rows_per_block`
+/// weight rows, `smem` bytes of shared memory each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedPlan {
+    pub rows_per_block: usize,
+    pub blocks: usize,
+    pub smem: usize,
+}
+
+/// The staged GEMV's cover of an `n × k` layer on `sms` multiprocessors (row pairs spread
+/// evenly, at most one block each), or None when it does not fit `gemv_staged.cu`'s
+/// limits: `STAGED_MAX_SMEM`, at most 64 (row pair, K part) tasks a block (and so at most
+/// 128 rows: one storing thread each), at most four 256-wide K steps per K part, `k` a
+/// multiple of 8.
+pub fn staged_plan(n: usize, k: usize, sms: usize) -> Option<StagedPlan> {
+    if n == 0 || k == 0 || !k.is_multiple_of(8) || sms == 0 {
+        return None;
+    }
+    let pairs = n.div_ceil(2);
+    let pairs_per_block = pairs.div_ceil(sms);
+    let rows_per_block = 2 * pairs_per_block;
+    let smem = rows_per_block * k * 2;
+    let ksplit = gemv_ksplit(n);
+    let steps_per_part = k.div_ceil(256).div_ceil(ksplit);
+    let tasks = pairs_per_block * ksplit;
+    (smem <= STAGED_MAX_SMEM && tasks <= 64 && steps_per_part <= 4).then(|| StagedPlan {
+        rows_per_block,
+        blocks: pairs.div_ceil(pairs_per_block),
+        smem,
+    })
 }
 
 /// Which of a GEMV's four row templates (1, 2, 4, 8 rows: index 0..=3) takes `rows`
@@ -584,18 +630,29 @@ pub(crate) fn gemv_bucket(rows: usize) -> usize {
 
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
 /// FP8 layer, else over the bf16 weights.
-fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError> {
+/// `early`: the very next launch is another linear layer's kernel (`linear_then`'s
+/// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`).
+fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<(), CudaError> {
     let m = c.x.count;
     let bucket = gemv_bucket(m);
-    // Split K over more warps when the layer has few rows, so it still fills the GPU.
-    let ksplit = match l.n {
-        n if n >= 4096 => 1,
-        n if n >= 2048 => 2,
-        _ => 4,
-    };
-    let blocks = l.n.div_ceil(16 / ksplit) as u32;
+    let ksplit = gemv_ksplit(l.n);
     let mut args = row_kernel_args(l, c).to_vec();
     args.push(Arg::I(ksplit as i32));
+    if bucket == 0 && !codes && gpu.staged_gemv() {
+        if let Some(p) = staged_plan(l.n, l.k, gpu.sm_count as usize) {
+            args.extend([Arg::I(p.rows_per_block as i32), Arg::I(i32::from(early))]);
+            return gpu.launch_reading(
+                (l.w.ptr, l.bf16_bytes()),
+                "gemv_staged_m1",
+                (p.blocks as u32, 1, 1),
+                256,
+                p.smem as u32,
+                None,
+                &args,
+            );
+        }
+    }
+    let blocks = l.n.div_ceil(16 / ksplit) as u32;
     // `codes` comes from `LinearPaths::fp8_codes`: at most FP8_GEMV_MAX_ROWS rows
     // the weights it streams: bf16, or one byte per E4M3 code
     let mut weights = (l.w.ptr, l.bf16_bytes());
@@ -620,4 +677,53 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool) -> Result<(), CudaError
         }
     };
     gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{staged_plan, StagedPlan, STAGED_MAX_SMEM};
+
+    /// On the H200's 132 multiprocessors the staged GEMV takes every code-predictor matrix
+    /// of the 1.7B geometry, the talker's O projection and head, and none of the talker's
+    /// QKV, gate/up or down projections (tiles over `STAGED_MAX_SMEM`).
+    #[test]
+    fn staged_plan_covers_the_layers_it_fits() {
+        let sms = 132;
+        assert_eq!(
+            staged_plan(6144, 1024, sms),
+            Some(StagedPlan {
+                rows_per_block: 48,
+                blocks: 128,
+                smem: 96 << 10
+            })
+        );
+        for (n, k) in [
+            (4096, 1024),
+            (1024, 2048),
+            (1024, 3072),
+            (2048, 1024),
+            (2048, 2048),
+            (3072, 2048),
+        ] {
+            let p = staged_plan(n, k, sms).unwrap_or_else(|| panic!("{n}x{k} should fit"));
+            assert!(
+                p.smem <= STAGED_MAX_SMEM && p.blocks <= sms,
+                "{n}x{k}: {p:?}"
+            );
+            assert!(
+                p.blocks * p.rows_per_block >= n,
+                "{n}x{k}: {p:?} leaves rows out"
+            );
+            assert!(
+                (p.blocks - 1) * p.rows_per_block < n,
+                "{n}x{k}: {p:?} has an empty block"
+            );
+        }
+        for (n, k) in [(4096, 2048), (12288, 2048), (2048, 6144), (1000, 1001)] {
+            assert_eq!(staged_plan(n, k, sms), None, "{n}x{k} should not fit");
+        }
+        // an odd row count: the last block holds the one row left
+        let p = staged_plan(1001, 1000, sms).expect("1001x1000");
+        assert_eq!((p.rows_per_block, p.blocks), (8, 126));
+    }
 }

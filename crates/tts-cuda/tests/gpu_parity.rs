@@ -1323,3 +1323,151 @@ fn qkv_table_matches_the_first_layers_projection() {
         }
     }
 }
+
+/// The staged one-row GEMV (`gemv_staged.cu`: weights copied to shared memory before the
+/// PDL wait) gives the bits `gemv_m1` / `gemv_m1_pre` give, on the layer shapes it takes
+/// in the 1.7B geometry (code predictor, talker O projection and head) and on odd ones (a
+/// last block with fewer rows, an odd row count, K not a multiple of 256), with and
+/// without the norm, every epilogue, bias and residual, its trigger early or not. With
+/// the kernel left out the output stays as it was: the staged launch is what wrote it.
+#[test]
+fn staged_gemv_matches_the_gemv_bit_for_bit() {
+    use tts_cuda::device::SmallCall;
+    use tts_cuda::linear::{linear_then, staged_plan, Act, GemmScratch, Linear, NextLinear, Rows};
+    let test = "staged_gemv_matches_the_gemv_bit_for_bit";
+    let Some(mut gpu) = open_gpu(test) else {
+        return;
+    };
+    if !gpu.staged {
+        eprintln!(
+            "{test}: gemv_staged.cu does not run on {}: nothing to compare",
+            gpu.arch
+        );
+        return;
+    }
+    let sms = gpu.sm_count as usize;
+    let mut rnd = common::uniform(4242, -1.0, 1.0);
+    let scratch = GemmScratch::new(&gpu, 4, 3072, 6144).unwrap();
+    for (n, k) in [
+        (4096, 1024),
+        (1024, 2048),
+        (6144, 1024),
+        (1024, 3072),
+        (2048, 1024),
+        (2048, 2048),
+        (3072, 2048),
+        (1001, 1000),
+        (250, 520),
+    ] {
+        assert!(
+            staged_plan(n, k, sms).is_some(),
+            "{test}: {n}x{k} should fit the staged GEMV on {sms} multiprocessors"
+        );
+        let w: Vec<u16> = (0..n * k)
+            .map(|_| half::bf16::from_f32(rnd() * 0.05).to_bits())
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
+        let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
+        let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
+        let gd = gpu.upload(&g).unwrap();
+        let x: Vec<f32> = (0..k).map(|_| rnd()).collect();
+        let xd = gpu.upload(&x).unwrap();
+        let res: Vec<f32> = (0..n).map(|_| rnd()).collect();
+        let acts: &[(Act, bool)] = if n % 2 == 0 {
+            &[
+                (Act::None, true),
+                (Act::None, false),
+                (Act::Silu, true),
+                (Act::SwigluPairs, true),
+                (Act::SwigluPairs, false),
+            ]
+        } else {
+            &[(Act::None, true), (Act::Silu, false)]
+        };
+        for &(act, norm) in acts {
+            let norm = norm.then_some((gd.ptr, 1e-6));
+            let out_n = if act == Act::SwigluPairs { n / 2 } else { n };
+            let run = |gpu: &tts_cuda::device::Gpu, mode: SmallCall, early: bool| {
+                let y = gpu.upload(&res[..out_n]).unwrap();
+                let rows = Rows {
+                    ptr: xd.ptr,
+                    ld: k,
+                    count: 1,
+                };
+                let next = early.then_some(NextLinear { n: 8, norm: None });
+                gpu.with_small_call(mode, || {
+                    linear_then(
+                        gpu,
+                        &l,
+                        rows,
+                        norm,
+                        act,
+                        Some((y.ptr, out_n)),
+                        y.ptr,
+                        out_n,
+                        &scratch,
+                        next,
+                    )
+                })
+                .unwrap();
+                gpu.read(&y, out_n).unwrap()
+            };
+            let what = format!("{n}x{k} act={act:?} norm {}", norm.is_some());
+            let base = run(&gpu, SmallCall::Default, false);
+            assert!(
+                base.iter().zip(&res).any(|(a, b)| a != b),
+                "{what}: the GEMV wrote nothing"
+            );
+            for early in [false, true] {
+                let staged = run(&gpu, SmallCall::Staged, early);
+                let differ = base
+                    .iter()
+                    .zip(&staged)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                assert_eq!(differ, 0, "{what} early {early}: outputs whose bits differ");
+            }
+            gpu.without = vec!["gemv_staged".into()];
+            let left_out = run(&gpu, SmallCall::Staged, false);
+            gpu.without.clear();
+            assert_eq!(
+                left_out,
+                res[..out_n].to_vec(),
+                "{what}: with gemv_staged left out something else wrote the output"
+            );
+        }
+        eprintln!("{test}: {n}x{k}: staged = GEMV, bit for bit");
+    }
+}
+
+/// Stage calls of one row with the staged GEMV (`CudaOptions::staged_gemv`: the code
+/// predictor's, then both stages') give what they give without it: the same sampled codes
+/// and the same last-head logits, bit for bit, for 4 frames of both models.
+#[test]
+fn staged_gemv_stages_match_the_gemv_stages() {
+    let test = "staged_gemv_stages_match_the_gemv_stages";
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let opts = |staged: &str| CudaOptions {
+            staged_gemv: staged.parse().unwrap(),
+            ..options(false)
+        };
+        let Some(mut plain) = open_backend(&model, test, opts("0")) else {
+            return;
+        };
+        let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));
+        let base = lock_step(&mut plain, &model, &prompts, &[91], 4);
+        drop(plain);
+        for staged in ["cp", "1"] {
+            let mut b = open_backend(&model, test, opts(staged)).unwrap();
+            let run = lock_step(&mut b, &model, &prompts, &[91], 4);
+            assert_same_run(
+                &format!("{name}, staged {staged}"),
+                &run,
+                &base,
+                f32::MIN_POSITIVE,
+            );
+            eprintln!("{test}: {name}, staged {staged}: 4 frames identical, logits bit for bit");
+        }
+    }
+}

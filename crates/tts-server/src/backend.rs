@@ -141,6 +141,11 @@ pub fn create_cuda(
             "QWEN3_TTS_MAX_L1_ROWS",
             tts_cuda::CudaOptions::default().max_l1_rows,
         )?,
+        // which stages' one-row calls read GEMV weights staged in shared memory: 0, cp, talker, 1
+        staged_gemv: parsed_knob(
+            "QWEN3_TTS_STAGED_GEMV",
+            tts_cuda::CudaOptions::default().staged_gemv,
+        )?,
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")

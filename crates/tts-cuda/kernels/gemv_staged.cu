@@ -1,0 +1,145 @@
+// gemv_staged.cu — the one-row GEMV of gemv.cu with its weights staged in shared memory
+// before the PDL wait: the same products, summed in the same order (a result has the bits
+// `gemv_m1` / `gemv_m1_pre` give it), but each block copies its whole weight tile with
+// cp.async while the previous kernel still runs, so after the wait only the X row is read
+// from memory.
+//
+// Why: at one row a stage is a chain of short dependent launches. gemv.cu loads the first
+// pass of weights into registers before its wait, but a launch of 256-384 blocks of ~20K
+// registers each leaves room on a multiprocessor for only part of the next launch, so the
+// rest of that launch's blocks begin their weight loads only after the kernel before them
+// has ended. Here a launch is one block per multiprocessor (at most 128) holding at most
+// STAGED_MAX_SMEM bytes of weights, so two consecutive launches fit side by side and the
+// next one's weights arrive while this one computes.
+//
+//   y[n] = epilogue( sum_k xin[k] * W[n][k] ),   one row, n < N   (epilogue: gemv.cu)
+//
+// Block b owns output rows [b·rpb, min(N, (b+1)·rpb)), rpb even, as rpb/2 row pairs.
+// gemv.cu's warp work is a task here: (pair q, K part p), p < ksplit, over the K slice and
+// lane octets gemv.cu gives warp part p; warp w takes tasks w, w+8, ... (all of one part:
+// ksplit divides 8), so it loads its part of X once. Every task's two partial sums and its
+// part's Σ x² go to shared memory; then one thread per output row adds the parts in order,
+// as gemv.cu's group leader does. That thread reads its bias value before the wait and its
+// residual value right after it, beside the X loads, so the epilogue waits on no memory.
+//
+// `early`: the successor is another linear kernel, which reads nothing but weights before
+// its own wait, so this block lets it launch right away (its weights then stream in while
+// this kernel waits and computes). Otherwise the trigger follows the wait, as in every
+// other kernel (attention.cu relies on that for what it reads before its wait).
+
+#define STAGED_WARPS 8
+#define STAGED_MAX_TASKS 64
+#define STAGED_MAX_STEPS 4  // 256-wide K steps per part: a part's X in 32 registers per lane
+
+extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
+    const bf16* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,
+    const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,
+    const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit, int rpb,
+    int early) {
+    (void)ldx;  // one row (the argument list is gemv.cu's)
+    extern __shared__ __align__(16) unsigned char s_w[];
+    __shared__ float s_part[STAGED_MAX_TASKS][3];  // row n0, row n0+1, Σ x² of the part
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row0 = blockIdx.x * rpb;
+    const int rows = min(rpb, N - row0);
+    // 1. the tile: `rows` contiguous weight rows (a missing pair partner reads zeros); the
+    //    bias values of the output this thread stores (thread i: row row0 + i)
+    {
+        const int chunks = rows * K / 8, padded = ((rows + 1) & ~1) * K / 8;
+        const unsigned base = smem_addr(s_w);
+        const bf16* src = W + (size_t)row0 * K;
+        for (int c = tid; c < padded; c += blockDim.x)
+            cp_async16(base + c * 16, c < chunks ? (const void*)(src + (size_t)c * 8) : (const void*)W,
+                       c < chunks ? 16 : 0);
+        cp_async_commit();
+    }
+    const int n = row0 + tid;
+    const bool stores = tid < rows && rows_valid >= 1 && (act != 2 || tid % 2 == 0);
+    const float b0 = (stores && bias) ? bias[n] : 0.f;
+    const float b1 = (stores && bias && act == 2) ? bias[n + 1] : 0.f;
+    if (early) pdl_trigger();
+    pdl_wait();
+    if (!early) pdl_trigger();
+    const float rv = (stores && res) ? res[act == 2 ? n / 2 : n] : 0.f;
+
+    // 2. this warp's part of X (as gemv.cu's warp of part p: K slice, lane octets)
+    const int part = warp % ksplit;
+    const int steps = (K + 255) / 256, per = (steps + ksplit - 1) / ksplit;
+    const int k_begin = part * per * 256, k_end = min(K, (part + 1) * per * 256);
+    float xin[STAGED_MAX_STEPS][8];
+    float sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < STAGED_MAX_STEPS; j++) {
+        const int idx = k_begin + lane * 8 + j * 256;
+        if (j < per && idx < k_end) {
+            const float4* xp = (const float4*)(X + idx);
+            float4 a = xp[0], b = xp[1];
+            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            if (norm_w) {
+                const float4* gp = (const float4*)(norm_w + idx);
+                float4 ga = gp[0], gb = gp[1];
+                float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    sq = fmaf(xv[i], xv[i], sq);
+                    xv[i] *= gv[i];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) xin[j][i] = xv[i];
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) xin[j][i] = 0.f;
+        }
+    }
+    if (norm_w) sq = warp_sum(sq);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // 3. the tasks: both rows of pair q over part p, products in gemv.cu's order
+    const int pairs = (rows + 1) / 2, tasks = pairs * ksplit;
+    for (int t = warp; t < tasks; t += STAGED_WARPS) {
+        const int q = t / ksplit;
+        float acc[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < STAGED_MAX_STEPS; j++) {
+            const int idx = k_begin + lane * 8 + j * 256;
+            if (j >= per || idx >= k_end) break;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const uint4 u = *(const uint4*)(s_w + ((size_t)(2 * q + r) * K + idx) * 2);
+                float wf[8];
+                unpack8(u, wf);
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[r] = fmaf(xin[j][i], wf[i], acc[r]);
+            }
+        }
+        const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
+        if (lane == 0) {
+            s_part[t][0] = a0;
+            s_part[t][1] = a1;
+            s_part[t][2] = sq;
+        }
+    }
+    __syncthreads();
+
+    // 4. one thread per output row: the parts in order, then gemv.cu's epilogue
+    if (!stores) return;
+    const int q = tid / 2, r = tid % 2;
+    float a = 0.f;
+    for (int p = 0; p < ksplit; p++) a += s_part[q * ksplit + p][r];
+    float inv = 1.f;
+    if (norm_w) {
+        float t = 0.f;
+        for (int p = 0; p < ksplit; p++) t += s_part[q * ksplit + p][2];
+        inv = 1.0f / sqrtf(t / (float)K + eps);
+    }
+    a *= inv;
+    float up = 0.f;
+    if (act == 2) {
+        for (int p = 0; p < ksplit; p++) up += s_part[q * ksplit + p][1];
+        up *= inv;
+    }
+    const float o = linear_act(a, up, act, bias != nullptr, b0, b1);
+    Y[act == 2 ? n / 2 : n] = res ? o + rv : o;
+}
