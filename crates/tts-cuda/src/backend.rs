@@ -701,7 +701,7 @@ impl CudaBackend {
                 let mode = SmallCall::for_rows(
                     b,
                     self.opts.max_l1_rows.talker,
-                    self.opts.staged_gemv.talker,
+                    self.opts.staged_gemv.talker && self.gpu.staged,
                 );
                 self.gpu.with_small_call(mode, || {
                     step(
@@ -719,7 +719,7 @@ impl CudaBackend {
                 let mode = SmallCall::for_rows(
                     b,
                     self.opts.max_l1_rows.code_predictor,
-                    self.opts.staged_gemv.code_predictor,
+                    self.opts.staged_gemv.code_predictor && self.gpu.staged,
                 );
                 self.gpu.with_small_call(mode, || {
                     crate::code_predictor::predict(

@@ -51,13 +51,14 @@ impl CpLane {
             ..limits
         };
         let mut ws = Workspace::new(&gpu, cfg, own)?;
+        let small = (max_l1_rows, staged && gpu.staged);
         ws.scratch.paths = paths.clone();
         Ok(Self {
             gpu,
             ws,
             graphs: HashMap::new(),
             use_graphs,
-            small: (max_l1_rows, staged),
+            small,
         })
     }
 

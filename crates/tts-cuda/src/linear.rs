@@ -232,7 +232,9 @@ fn reads_split_rows(path: LinearPath) -> bool {
 /// nothing else writing those rows in between). When both run on split bf16 rows
 /// and this one ends in `linear_epilogue` (cuBLAS), the epilogue also writes the next
 /// layer's split rows, norm applied, and that call skips its `to_bf16_rows` launch: the
-/// same values from one launch fewer.
+/// same values from one launch fewer. With `next`, a staged one-row GEMV also lets the
+/// next launch start before its own PDL wait: every linear path's first launch reads
+/// nothing but weights before its wait (`gemv_staged.cu`).
 #[allow(clippy::too_many_arguments)]
 pub fn linear_then(
     gpu: &Gpu,
