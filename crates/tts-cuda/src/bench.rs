@@ -488,6 +488,78 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
     Ok(out)
 }
 
+/// What one dependent step of a chain costs with no weights to read (`kernels/probe.cu`):
+/// per launch of a graph of PDL launches, and per phase of one launch whose blocks meet
+/// at a grid barrier after each phase; `blocks` blocks of 256 threads either way.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainCosts {
+    pub links: usize,
+    pub blocks: u32,
+    pub launch_us: f64,
+    pub barrier_phase_us: f64,
+}
+
+/// Times a chain of `links` dependent links both ways (`chain_link` launches in one graph,
+/// `chain_phases` as one launch; one block per multiprocessor), each the median of 5 timed
+/// runs after one untimed, and checks that every run carried its value down the chain.
+pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts, CudaError> {
+    use crate::device::{Arg, Graph};
+    let blocks = gpu.sm_count;
+    let mut v: crate::device::DBuf<f32> = gpu.zeros(links + 1)?;
+    let state: crate::device::DBuf<u32> = gpu.zeros(2)?;
+    let check = |gpu: &crate::device::Gpu, v: &crate::device::DBuf<f32>| {
+        let end = gpu.read(v, links + 1)?[links];
+        if end == links as f32 {
+            Ok(())
+        } else {
+            Err(CudaError::Shape(format!(
+                "chain of {links} links ended at {end}, not {links}"
+            )))
+        }
+    };
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let ptr = v.ptr;
+    let g = Graph::capture(gpu, |gpu| {
+        (0..links).try_for_each(|i| {
+            gpu.launch(
+                "chain_link",
+                (blocks, 1, 1),
+                256,
+                &[Arg::P(ptr), Arg::I(i as i32)],
+            )
+        })
+    })?;
+    let mut launch_ms = Vec::new();
+    for run in 0..6 {
+        gpu.write(&mut v, &vec![0.0f32; links + 1])?;
+        let ms = gpu.time_ms(|| g.launch())?;
+        check(gpu, &v)?;
+        if run > 0 {
+            launch_ms.push(ms);
+        }
+    }
+    let mut phase_ms = Vec::new();
+    for run in 0..6 {
+        gpu.write(&mut v, &vec![0.0f32; links + 1])?;
+        let args = [Arg::P(ptr), Arg::I(links as i32), Arg::P(state.ptr)];
+        let ms = gpu.time_ms(|| gpu.launch("chain_phases", (blocks, 1, 1), 256, &args))?;
+        check(gpu, &v)?;
+        if run > 0 {
+            phase_ms.push(ms);
+        }
+    }
+    let per = |ms: f64| ms * 1e3 / links as f64;
+    Ok(ChainCosts {
+        links,
+        blocks,
+        launch_us: per(median(launch_ms)),
+        barrier_phase_us: per(median(phase_ms)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

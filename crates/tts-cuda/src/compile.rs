@@ -29,6 +29,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("codec_gemv.cu", include_str!("../kernels/codec_gemv.cu")),
     ("codec_conv.cu", include_str!("../kernels/codec_conv.cu")),
     ("persistent.cu", include_str!("../kernels/persistent.cu")),
+    // after persistent.cu: its grid barrier
+    ("probe.cu", include_str!("../kernels/probe.cu")),
 ];
 
 /// The whole kernel module as one translation unit.

@@ -60,6 +60,7 @@ pub const KERNELS: &[&str] = &[
     "copy_runs2",
     "sample_talker",
     "sample_cp",
+    "chain_link",
 ];
 
 /// The thread-block-cluster linear kernels (`mma_cluster.cu`, sm_90 and newer); PDL-ready
@@ -78,6 +79,7 @@ pub const PERSISTENT_KERNELS: &[&str] = &[
     "cp_loop_f32",
     "talker_layers",
     "talker_layers_f32",
+    "chain_phases",
 ];
 
 /// Whether kernels whose set-up gave `setup` can be used (a failure is logged, not fatal:

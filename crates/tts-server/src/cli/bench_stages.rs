@@ -41,6 +41,10 @@ pub struct BenchStagesArgs {
     /// one latency-bound stage leaves to another.
     #[arg(long, value_delimiter = ',')]
     pub overlap: Vec<tts_cuda::overlap::Pair>,
+    /// Also time a chain of this many dependent links with no weights (`kernels/probe.cu`):
+    /// per PDL launch in a graph, and per phase of one launch with grid barriers.
+    #[arg(long)]
+    pub chain_costs: Option<usize>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -116,6 +120,18 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
                 .push(serde_json::json!({"kernel": k.name, "us": k.us, "tb_per_s": k.tb_per_s}));
         }
     }
+    let mut chain_json = serde_json::Value::Null;
+    if let Some(links) = a.chain_costs.filter(|&n| n > 0) {
+        let c = tts_cuda::bench::chain_costs(b.gpu(), links)?;
+        println!(
+            "dependent step, no weights, {} links of {} blocks: {:.2} us per PDL launch (one graph), {:.2} us per grid-barrier phase (one launch)",
+            c.links, c.blocks, c.launch_us, c.barrier_phase_us
+        );
+        chain_json = serde_json::json!({
+            "links": c.links, "blocks": c.blocks, "launch_us": c.launch_us,
+            "barrier_phase_us": c.barrier_phase_us,
+        });
+    }
     let device = tts_model::Backend::info(&b).device.clone();
     let rows = tts_cuda::bench::bench_stages(
         &mut b,
@@ -177,7 +193,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
             "model": model.name, "device": device, "iters": a.iters,
             "codec_frames": a.codec_frames, "context_frames": a.context, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
             "kernels": kernel_json, "routing": tuning_json, "cublaslt": lt_json, "trace": trace_json,
-            "overlap": overlap_json,
+            "overlap": overlap_json, "chain_costs": chain_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;

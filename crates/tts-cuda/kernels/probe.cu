@@ -1,0 +1,32 @@
+// probe.cu — what one dependent step of a batch-1 stage costs on this GPU with no weights
+// to read (`qwen3-tts bench-stages --chain-costs N`): the floor under a stage that is a
+// chain of short launches, and what a grid barrier costs in its place.
+//
+// chain_link: one launch of a graph-captured chain of N PDL launches (one 256-thread block
+// per multiprocessor, as gemv_staged.cu). Every block waits for the launch before it,
+// reads the value that launch left in v[i] through L2, sums it over its warp as a GEMV's
+// reduction does, and block 0 leaves v[i] + 1 in v[i + 1]: a dependent L2 round trip, a
+// reduction and a store per link, nothing else.
+// chain_phases: the same N links in one launch, its blocks meeting at persistent.cu's grid
+// barrier after each link (launched without PDL, all blocks resident, as the persistent
+// kernels are).
+// Either way v[N] ends as v[0] + N, which the host checks.
+
+extern "C" __global__ void __launch_bounds__(256) chain_link(float* v, int i) {
+    pdl_wait();
+    pdl_trigger();
+    const float x = warp_sum(__ldcg(v + i)) * (1.0f / 32.0f);
+    if (blockIdx.x == 0 && threadIdx.x == 0) v[i + 1] = x + 1.0f;
+}
+
+extern "C" __global__ void __launch_bounds__(256) chain_phases(float* v, int n,
+                                                               unsigned int* state) {
+    GridBarrier bar;
+    bar.init(state, nullptr, 0);
+    for (int i = 0; i < n; i++) {
+        const float x = warp_sum(__ldcg(v + i)) * (1.0f / 32.0f);
+        if (blockIdx.x == 0 && threadIdx.x == 0) v[i + 1] = x + 1.0f;
+        bar.sync();
+    }
+    bar.finish();
+}
