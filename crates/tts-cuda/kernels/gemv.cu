@@ -298,7 +298,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
 }
 
 // BOUNDS: the kernel's __launch_bounds__. gemv_m2 compiled to 84 registers fits two blocks
-// a multiprocessor; held to three blocks (80 registers) the H200 ran two-row stages 3-10 %
+// a multiprocessor; held to three blocks (80 registers) the H200 ran two-row stages 6-12 %
 // faster (`bench/results/2026-12-03-h200-staged-gemv`). The others keep the plain bound: a
 // minimum of one block lets the compiler take more registers (gemv_m8: 128 -> 190).
 #define GEMV_THREE_BLOCKS __launch_bounds__(256, 3)
