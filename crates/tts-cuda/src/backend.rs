@@ -17,7 +17,7 @@ use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
 
 use crate::codec::{CodecPrecision, DevCodec, ImplicitConv};
-use crate::device::{Gpu, Graph, SmallCall};
+use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::lane::CpLane;
 use crate::linear::Linear;
@@ -698,10 +698,10 @@ impl CudaBackend {
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
         match kind {
             GraphKind::TalkerStep => {
-                let mode = SmallCall::for_rows(
+                let mode = self.gpu.small_call_for(
                     b,
                     self.opts.max_l1_rows.talker,
-                    self.opts.staged_gemv.talker && self.gpu.staged,
+                    self.opts.staged_gemv.talker,
                 );
                 self.gpu.with_small_call(mode, || {
                     step(
@@ -716,10 +716,10 @@ impl CudaBackend {
                 })
             }
             GraphKind::CodePredictor => {
-                let mode = SmallCall::for_rows(
+                let mode = self.gpu.small_call_for(
                     b,
                     self.opts.max_l1_rows.code_predictor,
-                    self.opts.staged_gemv.code_predictor && self.gpu.staged,
+                    self.opts.staged_gemv.code_predictor,
                 );
                 self.gpu.with_small_call(mode, || {
                     crate::code_predictor::predict(

@@ -517,10 +517,6 @@ pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts,
             )))
         }
     };
-    let median = |mut t: Vec<f64>| {
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
-    };
     let ptr = v.ptr;
     let g = Graph::capture(gpu, |gpu| {
         (0..links).try_for_each(|i| {
@@ -532,31 +528,29 @@ pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts,
             )
         })
     })?;
-    let mut launch_ms = Vec::new();
-    for run in 0..6 {
-        gpu.write(&mut v, &vec![0.0f32; links + 1])?;
-        let ms = gpu.time_ms(|| g.launch())?;
-        check(gpu, &v)?;
-        if run > 0 {
-            launch_ms.push(ms);
+    // one untimed run, then the median of five; each starts from zeros and is checked
+    let mut timed = |run: &dyn Fn() -> Result<(), CudaError>| -> Result<f64, CudaError> {
+        let mut ms = Vec::new();
+        for i in 0..6 {
+            gpu.write(&mut v, &vec![0.0f32; links + 1])?;
+            let t = gpu.time_ms(run)?;
+            check(gpu, &v)?;
+            if i > 0 {
+                ms.push(t);
+            }
         }
-    }
-    let mut phase_ms = Vec::new();
-    for run in 0..6 {
-        gpu.write(&mut v, &vec![0.0f32; links + 1])?;
-        let args = [Arg::P(ptr), Arg::I(links as i32), Arg::P(state.ptr)];
-        let ms = gpu.time_ms(|| gpu.launch("chain_phases", (blocks, 1, 1), 256, &args))?;
-        check(gpu, &v)?;
-        if run > 0 {
-            phase_ms.push(ms);
-        }
-    }
+        ms.sort_by(f64::total_cmp);
+        Ok(ms[ms.len() / 2])
+    };
+    let launch_ms = timed(&|| g.launch())?;
+    let args = [Arg::P(ptr), Arg::I(links as i32), Arg::P(state.ptr)];
+    let phase_ms = timed(&|| gpu.launch("chain_phases", (blocks, 1, 1), 256, &args))?;
     let per = |ms: f64| ms * 1e3 / links as f64;
     Ok(ChainCosts {
         links,
         blocks,
-        launch_us: per(median(launch_ms)),
-        barrier_phase_us: per(median(phase_ms)),
+        launch_us: per(launch_ms),
+        barrier_phase_us: per(phase_ms),
     })
 }
 

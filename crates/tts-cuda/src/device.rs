@@ -183,18 +183,6 @@ pub enum SmallCall {
 }
 
 impl SmallCall {
-    /// The mode of a call of `rows` rows in a stage whose calls of at most `max_l1_rows`
-    /// ask for the most L1 and whose one-row calls take the staged GEMV when `staged`.
-    pub fn for_rows(rows: usize, max_l1_rows: usize, staged: bool) -> Self {
-        if staged && rows == 1 {
-            Self::Staged
-        } else if rows <= max_l1_rows {
-            Self::MaxL1
-        } else {
-            Self::Default
-        }
-    }
-
     fn from_u8(v: u8) -> Self {
         match v {
             1 => Self::MaxL1,
@@ -488,6 +476,19 @@ impl Gpu {
         let r = f();
         self.small_call.store(before, Ordering::Relaxed);
         r
+    }
+
+    /// The mode of a call of `rows` rows in a stage whose calls of at most `max_l1_rows`
+    /// ask for the most L1 and whose one-row calls take the staged GEMV when `staged` (and
+    /// this device runs it; else they ask for the most L1 like the others).
+    pub fn small_call_for(&self, rows: usize, max_l1_rows: usize, staged: bool) -> SmallCall {
+        if staged && self.staged && rows == 1 {
+            SmallCall::Staged
+        } else if rows <= max_l1_rows {
+            SmallCall::MaxL1
+        } else {
+            SmallCall::Default
+        }
     }
 
     /// Whether one-row GEMVs enqueued now take `gemv_staged.cu` (where the shape fits).

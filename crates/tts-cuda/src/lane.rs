@@ -51,19 +51,18 @@ impl CpLane {
             ..limits
         };
         let mut ws = Workspace::new(&gpu, cfg, own)?;
-        let small = (max_l1_rows, staged && gpu.staged);
         ws.scratch.paths = paths.clone();
         Ok(Self {
             gpu,
             ws,
             graphs: HashMap::new(),
             use_graphs,
-            small,
+            small: (max_l1_rows, staged),
         })
     }
 
     fn mode(&self, b: usize) -> SmallCall {
-        SmallCall::for_rows(b, self.small.0, self.small.1)
+        self.gpu.small_call_for(b, self.small.0, self.small.1)
     }
 
     /// Captures the loop's graph for bucket `b` (when graphs are on).
