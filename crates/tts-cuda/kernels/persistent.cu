@@ -517,7 +517,8 @@ __device__ void cp_loop_body(const unsigned long long* __restrict__ a, int b) {
         cpl_phase(c, bar, j * c.per_step() + 4 * c.layers, hd, b, cpl_dyn);
         for (int r = blockIdx.x; r < b; r += gridDim.x)
             sample_cp_row<true>(r, c.logits, c.vocab, b, c.slots, c.params, j + 1, c.frames,
-                                c.folded, c.raw, H, c.x, H, *(SampleShared*)cpl_dyn);
+                                c.folded, c.raw, H, c.x, H, nullptr, 0, nullptr, 0,
+                                *(SampleShared*)cpl_dyn);
         if (j < 14) bar.sync();
     }
     bar.finish();

@@ -311,10 +311,42 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
     }
 }
 
+// Values each thread of sample_cp_row copies per round of copy_rows_loads_first: the
+// 1.7B's two rows (1024 + 4096 values) in one round at SAMPLE_THREADS threads.
+#define COPY_PER_THREAD 20
+
+// dst_a[0..na) = src_a (f32 `fa`, else bf16 `ba` widened) and dst_b[0..nb) = fb (f32; nb
+// may be 0), by the block. The sources are table rows picked by a code sampled just now,
+// read from HBM: each thread issues every load of a round before its first store, so the
+// copy waits about one memory round trip per round, not one per element.
+__device__ __forceinline__ void copy_rows_loads_first(float* dst_a, const float* __restrict__ fa,
+                                                      const bf16* __restrict__ ba, int na,
+                                                      float* dst_b, const float* __restrict__ fb,
+                                                      int nb) {
+    const int total = na + nb, round = COPY_PER_THREAD * blockDim.x;
+    for (int first = threadIdx.x; first < total; first += round) {
+        float v[COPY_PER_THREAD];
+#pragma unroll
+        for (int u = 0; u < COPY_PER_THREAD; u++) {
+            const int i = first + u * blockDim.x;
+            v[u] = i < na ? (fa ? fa[i] : bf2f(ba[i])) : i < total ? fb[i - na] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < COPY_PER_THREAD; u++) {
+            const int i = first + u * blockDim.x;
+            if (i < na) dst_a[i] = v[u];
+            else if (i < total) dst_b[i - na] = v[u];
+        }
+    }
+}
+
 // Code `step` (1..15) of each row's frame from code-predictor logits [rows][V]; writes
 // frames[r][step]. The frame index for the draw is the slot's code-0 count minus one.
 // For step < 15 it also writes the next step's input row: the embedding of this code from
-// table step-1 (`folded` f32 [15][V][D] when given, else `raw` bf16) into next_x[r*ldx].
+// table step-1 (`folded` f32 [15][V][D] when given, else `raw` bf16) into next_x[r*ldx];
+// with `qkv0` (f32 [14][V][Q]: the first layer's QKV projection of every such row,
+// `weights.rs`) also that row's QKV into qkv[r*ldq], so the next step skips the first
+// layer's projection.
 // One row of sample_cp, by a block of SAMPLE_THREADS threads (also called by the
 // persistent code-predictor loop, with its shared memory and CG: logits read through L2).
 // Returns the code (the same in every thread), or -1 for a row it skipped.
@@ -323,7 +355,8 @@ __device__ int sample_cp_row(int r, const float* __restrict__ logits, int V, int
                               const int* __restrict__ slots,
                               const unsigned int* __restrict__ params, int step, int* frames,
                               const float* __restrict__ folded, const bf16* __restrict__ raw,
-                              int D, float* next_x, int ldx, SampleShared& sh) {
+                              int D, float* next_x, int ldx, const float* __restrict__ qkv0,
+                              int Q, float* qkv, int ldq, SampleShared& sh) {
     if (r >= rows) return -1;
     int slot = slots[r];
     if (slot < 0) return -1;
@@ -341,26 +374,22 @@ __device__ int sample_cp_row(int r, const float* __restrict__ logits, int V, int
     int c = choose(sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
     if (threadIdx.x == 0) frames[r * 16 + step] = c;
     if (step < 15) {
-        size_t base = ((size_t)(step - 1) * V + c) * D;
-        for (int i = threadIdx.x; i < D; i += blockDim.x)
-            next_x[(size_t)r * ldx + i] = folded ? folded[base + i] : bf2f(raw[base + i]);
+        const size_t base = ((size_t)(step - 1) * V + c) * D;
+        copy_rows_loads_first(next_x + (size_t)r * ldx, folded ? folded + base : nullptr,
+                              folded ? nullptr : raw + base, D, qkv + (size_t)r * ldq,
+                              qkv0 ? qkv0 + ((size_t)(step - 1) * V + c) * Q : nullptr,
+                              qkv0 ? Q : 0);
     }
     return c;
 }
 
-// sample_cp_row for row blockIdx.x; with `qkv0` (f32 [14][V][Q]: the first layer's QKV
-// projection of every next-step input row, `weights.rs`) it also writes that row's QKV for
-// the next step into qkv[r*ldq], so the next step skips the first layer's projection.
+// sample_cp_row for row blockIdx.x.
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_cp(
     const float* __restrict__ logits, int V, int rows, const int* __restrict__ slots,
     const unsigned int* __restrict__ params, int step, int* frames,
     const float* __restrict__ folded, const bf16* __restrict__ raw, int D, float* next_x,
     int ldx, const float* __restrict__ qkv0, int Q, float* qkv, int ldq) {
     __shared__ SampleShared sh;
-    const int r = blockIdx.x;
-    const int c = sample_cp_row<false>(r, logits, V, rows, slots, params, step, frames, folded,
-                                       raw, D, next_x, ldx, sh);
-    if (c < 0 || !qkv0 || step >= 15) return;
-    const float* src = qkv0 + ((size_t)(step - 1) * V + c) * Q;
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) qkv[(size_t)r * ldq + i] = src[i];
+    sample_cp_row<false>(blockIdx.x, logits, V, rows, slots, params, step, frames, folded, raw,
+                         D, next_x, ldx, qkv0, Q, qkv, ldq, sh);
 }
