@@ -120,13 +120,11 @@ QK_ENTRY(qk_norm_rope_kv, bf16)
 QK_ENTRY(qk_norm_rope_kv_f32, float)
 
 // Four cache (or f32 shared-memory) values from p[0..4), widened to f32 (p 4-aligned).
-__device__ __forceinline__ float4 widen4(uint2 u) {
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
-}
 template <bool CG>
 __device__ __forceinline__ float4 kv_load4(const bf16* p) {
-    return widen4(ld_cg_if<CG>((const uint2*)p));
+    uint2 u = ld_cg_if<CG>((const uint2*)p);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
 }
 template <bool CG>
 __device__ __forceinline__ float4 kv_load4(const float* p) { return ld_cg_if<CG>((const float4*)p); }
@@ -139,15 +137,13 @@ __device__ __forceinline__ float dot4(const float* q, float4 k) {
 // block's warps (128 threads in the attention kernels, 256 in the persistent kernels; at
 // most AT_WARPS); needs hd % 4 == 0 and hd <= 128. Positions below pos_new
 // are read from the cache rows kbase/vbase (stride kvd); positions from pos_new on from
-// s_k/s_v[p - pos_new][0..hd). Positions go in tiles of AT_TILE: the cached ones are scored
-// a warp each when hd is 128 (AT_ROUND of them per warp with their loads in flight at once),
-// else (and the new ones) a thread each, one query-key dot each; the block takes the
-// tile's max and exp-sum (online softmax across tiles), then
+// s_k/s_v[p - pos_new][0..hd). Positions go in tiles of AT_TILE: every thread scores whole
+// positions (one query-key dot each, so the loads of many positions are in flight at
+// once), the block takes the tile's max and exp-sum (online softmax across tiles), then
 // warp w accumulates the values of every nw-th position of the tile, lane l owning head dims
 // 4l..4l+3; the warps' sums meet in shared memory and warp 0 writes dst[0..hd).
 // Ends with a block barrier, so the caller may reuse shared memory afterwards.
 #define AT_TILE 256
-#define AT_ROUND 16
 #define AT_WARPS 8
 template <typename KV, bool CG>
 __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_new,
@@ -169,29 +165,7 @@ __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_
     for (int t0 = lo; t0 <= pos; t0 += AT_TILE) {
         int n = min(AT_TILE, pos + 1 - t0);
         int cached = max(0, min(n, pos_new - t0));  // tile entries read from the cache
-        // with 128 head dims the cached positions are scored a warp each (lane l: dims
-        // 4l..4l+3), AT_ROUND positions per warp at a time with all their loads in flight:
-        // one memory round trip per round, not one per few dims of a row
-        const int thread_from = hd == 128 ? cached : 0;
-        if (hd == 128) {
-            const float4 qv = *(const float4*)&s_qa[4 * lane];
-            for (int j0 = warp; j0 < cached; j0 += AT_ROUND * nw) {
-                float4 kv[AT_ROUND];
-#pragma unroll
-                for (int u = 0; u < AT_ROUND; u++) {
-                    const int j = j0 + u * nw;
-                    kv[u] = j < cached ? kv_load4<CG>(kbase + (size_t)(t0 + j) * kvd + 4 * lane)
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-#pragma unroll
-                for (int u = 0; u < AT_ROUND; u++) {
-                    const int j = j0 + u * nw;
-                    const float sc = warp_sum(dot4(&qv.x, kv[u]));
-                    if (lane == 0 && j < cached) s_w[j] = sc * scale;
-                }
-            }
-        }
-        for (int j = thread_from + tid; j < n; j += blockDim.x) {
+        for (int j = tid; j < n; j += blockDim.x) {
             int p = t0 + j;
             float sc = 0.f;
             if (j < cached) {
@@ -220,8 +194,7 @@ __device__ __forceinline__ void attend(const float* q, int lo, int pos, int pos_
         acc.x *= corr; acc.y *= corr; acc.z *= corr; acc.w *= corr;
         if (owner) {
             const KV* vr = vbase + 4 * lane;
-            // unrolled far enough that a warp's loads for up to 16 positions are in flight
-#pragma unroll 16
+#pragma unroll 4
             for (int j = warp; j < cached; j += nw) {
                 float w = s_w[j];
                 float4 v = kv_load4<CG>(vr + (size_t)(t0 + j) * kvd);
@@ -306,8 +279,7 @@ DA_ENTRY(decode_attention_f32, float)
 // the code predictor (2 tokens in its first step, then 1). Grid (heads, rows), 128
 // threads (the persistent code-predictor loop calls the body for its tasks with 256).
 // `fused_attention_short` holds up to SPOS = FA_SPOS cached positions in shared memory
-// (caches of at most FA_SPOS positions: the code predictor's; `fused_attention_held` is the
-// same without the code for longer caches); `fused_attention` (SPOS 0)
+// (caches of at most FA_SPOS positions: the code predictor's); `fused_attention` (SPOS 0)
 // reads every cached position from the cache, with the small shared-memory footprint the
 // talker's step wants (the larger one measured ~1 us slower per talker layer).
 // Task (h, r) handles q head h of row r, whose tokens are qkv rows r*tpr + i at
@@ -386,7 +358,8 @@ __device__ __forceinline__ void fused_attention_body(
     size_t base = (size_t)slot * max_pos * kvd + (size_t)g * hd;
     // 0. what earlier launches wrote
     const bool held = SPOS > 0 && pos0 <= SPOS;
-    // HELD_ONLY kernels are launched only for caches of at most SPOS positions (stack.rs)
+    // HELD_ONLY kernels run only on caches of at most SPOS positions (stack.rs: the code
+    // predictor's), where the new tokens start at pos0 < SPOS: always held
     if (HELD_ONLY && !held) __trap();
     const int first_new = held ? pos0 : 0;  // s_k / s_v row of new token 0
     for (int i = 0; i < tpr; i++)
@@ -443,7 +416,7 @@ __device__ __forceinline__ void fused_attention_body(
 // With `xb`, as DA_ENTRY: the block's outputs also as split bf16 rows for the O projection
 // (rows * tpr of them).
 #define FA_ENTRY(NAME, KV, SPOS, HO)                                                            \
-    extern "C" __global__ void __launch_bounds__(128, 4) NAME(                                  \
+    extern "C" __global__ void __launch_bounds__(128) NAME(                                     \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
         const int* __restrict__ slots, const int* __restrict__ positions,                       \
         const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,          \
@@ -461,8 +434,9 @@ __device__ __forceinline__ void fused_attention_body(
     }
 FA_ENTRY(fused_attention, bf16, 0, false)
 FA_ENTRY(fused_attention_f32, float, 0, false)
-FA_ENTRY(fused_attention_short, bf16, FA_SPOS, false)
+// The code predictor's caches (at most FA_SPOS positions) are always held: the bf16 kernel
+// has no long-cache path (55 registers instead of 72; H200, code predictor of one row
+// 1.701 -> 1.605 ms with the sampling copy of the same commit). The f32 one (parity runs)
+// keeps it.
+FA_ENTRY(fused_attention_short, bf16, FA_SPOS, true)
 FA_ENTRY(fused_attention_short_f32, float, FA_SPOS, false)
-// fused_attention_short without the long-cache path (61 registers instead of 127): faster
-// for calls of a few rows, slower for 16 (stack.rs picks by rows)
-FA_ENTRY(fused_attention_held, bf16, FA_SPOS, true)

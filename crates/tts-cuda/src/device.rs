@@ -46,7 +46,6 @@ pub const KERNELS: &[&str] = &[
     "fused_attention_f32",
     "fused_attention_short",
     "fused_attention_short_f32",
-    "fused_attention_held",
     "gather_rows",
     "gather_rows_f32",
     "frame_embedding",

@@ -13,16 +13,6 @@ use crate::workspace::Workspace;
 /// attention.cu).
 const SHORT_CACHE_POSITIONS: usize = 16;
 
-/// Whether a short-cache attention call of `rows` rows runs `fused_attention_held` (no
-/// long-cache path: 61 registers instead of 127) rather than `fused_attention_short`.
-/// Measured on the H200 (`bench/results/2026-12-03-h200-attention-held`, code predictor,
-/// `random:1.7b`): the held kernel is faster at 1-8 and 32 rows (1 row: 1.610 against
-/// 1.650 ms, 32 rows: 3.77 against 3.85) and slower at 16 (3.39 against 3.19), where the
-/// O projection after it runs on the cluster kernel.
-fn held_attention(rows: usize) -> bool {
-    !(9..=16).contains(&rows)
-}
-
 /// Where a stack's tokens live and which cache rows they use.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens {
@@ -174,7 +164,6 @@ pub fn run_layers(
                 gpu.launch(
                     match (short, f32_kv) {
                         (true, true) => "fused_attention_short_f32",
-                        (true, false) if held_attention(rows) => "fused_attention_held",
                         (true, false) => "fused_attention_short",
                         (false, true) => "fused_attention_f32",
                         (false, false) => "fused_attention",
