@@ -7,18 +7,8 @@
 # base, tree; then the tree's gpu_parity filtered by PARITY_FILTER (space-separated).
 # Usage: OUT=... BATCHES=1,2,4,16 PARITY_FILTER="staged demo_model" bash bench/device-ab-base.sh
 set -u
-D=.device-carry
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64 QWEN3_TTS_FIXTURES=$PWD/fixtures
-tar xzf $D/kcache.tgz -C $D && tar xzf $D/kcache_head.tgz -C $D
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-run() { # name binary cache knobs...
-    local name=$1 bin=$2 cache=$3; shift 3
-    env QWEN3_TTS_KERNEL_CACHE=$PWD/$D/$cache "$@" timeout 150 $D/$bin bench-stages --batches "$BATCHES" \
-        --iters 20 --context 8 --codec-frames 2 --out "$OUT/stages_$name.json" > "$OUT/stages_$name.txt" 2>&1
-    echo "variant $name rc $?"
-    grep -E "^(prefill|code_predictor|talker_step|codec_decode) " "$OUT/stages_$name.txt"
-}
+# shellcheck source=bench/device-ab-lib.sh
+. bench/device-ab-lib.sh
 run head qwen3-tts-head kcache_head
 run new qwen3-tts kcache
 run nostaged qwen3-tts kcache ${NOSTAGED_KNOB:-QWEN3_TTS_STAGED_GEMV=0}

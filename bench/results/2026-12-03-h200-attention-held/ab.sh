@@ -2,21 +2,11 @@
 # The four device runs of this folder, as run (RUN=1..4 picks one; OUT, BATCHES as in the
 # README). Binaries and kernel caches in .device-carry/: qwen3-tts-head + kcache_head.tgz
 # (fb20460), qwen3-tts + kcache.tgz (the tree of that run). The QWEN3_TTS_X_* knobs were
-# experiment-only switches of those trees; none is in a commit.
+# experiment-only switches of those trees; none is in a commit. As run, `run` also printed
+# each variant's seconds and left out the codec lines; the setup is bench/device-ab-lib.sh.
 set -u
-D=.device-carry
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64 QWEN3_TTS_FIXTURES=$PWD/fixtures
-tar xzf $D/kcache.tgz -C $D && tar xzf $D/kcache_head.tgz -C $D
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-run() { # name binary cache knobs...
-    local name=$1 bin=$2 cache=$3; shift 3
-    local t0=$(date +%s)
-    env QWEN3_TTS_KERNEL_CACHE=$PWD/$D/$cache "$@" timeout 150 $D/$bin bench-stages --batches "$BATCHES" \
-        --iters 20 --context 8 --codec-frames 2 --out "$OUT/stages_$name.json" > "$OUT/stages_$name.txt" 2>&1
-    echo "variant $name rc $? $(( $(date +%s) - t0 )) s"
-    grep -E "^(prefill|code_predictor|talker_step) " "$OUT/stages_$name.txt"
-}
+# shellcheck source=bench/device-ab-lib.sh
+. bench/device-ab-lib.sh
 parity() {
     QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache timeout 330 $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1; echo "parity rc $?"
     QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache timeout 120 $D/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1; echo "codec rc $?"

@@ -1,0 +1,18 @@
+# Shared by the same-machine A/B scripts (sourced; repository root of the device machine):
+# unpacks both kernel caches carried in .device-carry/ (kcache.tgz: the tree's build,
+# kcache_head.tgz: a base build's), records the GPU in $OUT/gpu.txt, and defines
+#   run NAME BINARY CACHE [KNOB=VALUE...]
+# which runs BINARY's `bench-stages` over $BATCHES with that cache and those knobs into
+# $OUT/stages_NAME.{json,txt} and prints its stage lines.
+D=.device-carry
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64 QWEN3_TTS_FIXTURES=$PWD/fixtures
+tar xzf $D/kcache.tgz -C $D && tar xzf $D/kcache_head.tgz -C $D
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+run() { # name binary cache knobs...
+    local name=$1 bin=$2 cache=$3; shift 3
+    env QWEN3_TTS_KERNEL_CACHE=$PWD/$D/$cache "$@" timeout 150 $D/$bin bench-stages --batches "$BATCHES" \
+        --iters 20 --context 8 --codec-frames 2 --out "$OUT/stages_$name.json" > "$OUT/stages_$name.txt" 2>&1
+    echo "variant $name rc $?"
+    grep -E "^(prefill|code_predictor|talker_step|codec_decode) " "$OUT/stages_$name.txt"
+}
