@@ -1,4 +1,5 @@
 # NT experiment: kernel table tc rows per NT, stages static vs autotune NT 1/4, parity
+# (.device-carry/qwen3-tts-nt: qwen3-tts built from 329a4d1 + next-mma-nt.patch; gpu_parity likewise; kcache.tgz their NVRTC cache)
 BATCHES=1,16,32,64
 source bench/device-ab-lib.sh
 B=$D/qwen3-tts-nt
