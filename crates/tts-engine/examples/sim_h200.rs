@@ -4,7 +4,7 @@
 //! `cargo run --release -p tts-engine --example sim_h200 -- <rate> <seconds> <slots> <profile> [prompts] [key=value...]`
 //! Policy overrides after the prompts file: `fill=none|bucket|max`, `codec_fill=...`,
 //! `chunks=1,2,4`, `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`,
-//! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`, `max_batch=64`; stage costs:
+//! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`, `codec_long_from=64`, `max_batch=64`; stage costs:
 //! `jitter=0.1` (random extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
 //! `codec_base_us=`, `prefill_row_us=`, `prefill_base_us=`; `seed=2` (arrivals, texts and jitter).
 
@@ -75,6 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "lead_ms" => p.lead = Duration::from_millis(value.parse()?),
             "prefill_rows" => p.prefill_max_rows = value.parse()?,
             "max_fill_from" => p.max_fill_from = value.parse()?,
+            "codec_long_from" => p.codec_long_top_ups_from = value.parse()?,
             "max_batch" => p.set_max_batch(value.parse()?)?,
             "jitter" => jitter_scale = value.parse()?,
             "seed" => spec.seed = value.parse()?,

@@ -49,6 +49,16 @@ pub struct Policy {
     /// load a GPU has time to spare, and a first-audio call is quicker without passengers
     /// (small batches cost ~0.15 ms more per row on the H200; large ones ~0.02 ms).
     pub max_fill_from: usize,
+    /// Codec-ready rows from which a codec call's top-ups may be longer than its longest
+    /// chosen row: then any chunk that still fits `codec_max_frames` joins (those that
+    /// do not are passed over). Below it they may not, so a first-audio call of a
+    /// 2-frame chunk carries no 12-frame passengers. A codec call's
+    /// time grows with its frames, but each call also has a fixed cost (~1 ms on the
+    /// H200): under deep load fewer, larger calls leave GPU time for the model stages.
+    /// `usize::MAX` (every profile, until measured end to end): never. On the simulator
+    /// with the H200's stage costs, 64 moved the knee from ~80 to ~88-95 req/s and
+    /// left 40 req/s unchanged (`bench/results/2026-12-03-sim-codec-top-ups`).
+    pub codec_long_top_ups_from: usize,
     /// With a backend that can (`Backend::runs_side_by_side`), run every code-predictor
     /// call together with a talker step of the other requests ready for it, and the other
     /// way round. Off in every profile: on the H200 (balanced profile) it held 75 req/s
@@ -202,6 +212,7 @@ impl Profile {
                 codec_fill: fill,
                 codec_max_frames: usize::MAX,
                 max_fill_from,
+                codec_long_top_ups_from: usize::MAX,
                 side_by_side: false,
             },
             chunks: ChunkSchedule::clamped(chunks),

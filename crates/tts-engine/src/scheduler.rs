@@ -277,7 +277,10 @@ fn finish<'a>(
         Fill::Bucket | Fill::Max => policy.bucket_for(chosen.len()).min(max),
     };
     if chosen.len() < target {
-        // A codec call lasts as long as its longest row: top-up rows must not lengthen it.
+        // Codec top-ups no longer than the longest chosen row (a call's time grows with
+        // its frames), unless the codec is far behind (`Policy::codec_long_top_ups_from`):
+        // then any chunk that still fits the call's frame budget.
+        let far_behind = stage == Stage::Codec && ready() >= policy.codec_long_top_ups_from;
         let longest = chosen
             .iter()
             .map(|v| v.ready.codec_frames)
@@ -286,10 +289,25 @@ fn finish<'a>(
         let mut extra: Vec<&'a RequestView> = views
             .iter()
             .filter(|v| v.ready.has(stage) && !chosen.iter().any(|c| c.id == v.id))
-            .filter(|v| stage != Stage::Codec || v.ready.codec_frames <= longest)
+            .filter(|v| stage != Stage::Codec || far_behind || v.ready.codec_frames <= longest)
             .collect();
         extra.sort_by_key(|v| (v.deadline.is_none(), v.deadline, v.last_served, v.order));
-        chosen.extend(extra.into_iter().take(target - chosen.len()));
+        if far_behind {
+            let cap = policy.codec_max_frames;
+            let mut frames: usize = chosen.iter().map(|v| v.ready.codec_frames.min(cap)).sum();
+            for v in extra {
+                if chosen.len() >= target {
+                    break;
+                }
+                let f = v.ready.codec_frames.min(cap);
+                if frames + f <= cap {
+                    frames += f;
+                    chosen.push(v);
+                }
+            }
+        } else {
+            chosen.extend(extra.into_iter().take(target - chosen.len()));
+        }
     }
     Plan {
         stage,
@@ -320,6 +338,7 @@ mod tests {
             codec_fill: Fill::Bucket,
             codec_max_frames: 1_000,
             max_fill_from: 0,
+            codec_long_top_ups_from: usize::MAX,
             side_by_side: false,
         }
     }
@@ -525,6 +544,24 @@ mod tests {
         ];
         let p = plan(&views, ms(0), &policy).unwrap();
         assert_eq!((p.stage, ids(&p)), (Stage::Codec, vec![1, 3, 4]));
+        // With that many codec-ready rows the codec is far behind: longer chunks join.
+        let behind = Policy {
+            codec_long_top_ups_from: 4,
+            ..policy.clone()
+        };
+        let p = plan(&views, ms(0), &behind).unwrap();
+        assert_eq!((p.stage, ids(&p)), (Stage::Codec, vec![1, 2, 3, 4]));
+        let not_yet = Policy {
+            codec_long_top_ups_from: 5,
+            ..policy
+        };
+        assert_eq!(ids(&plan(&views, ms(0), &not_yet).unwrap()), vec![1, 3, 4]);
+        // Still within the call's frame budget.
+        let tight = Policy {
+            codec_max_frames: 10,
+            ..behind
+        };
+        assert_eq!(ids(&plan(&views, ms(0), &tight).unwrap()), vec![1, 3, 4]);
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// balanced].
     #[arg(long, env = "QWEN3_TTS_CODEC_MAX_FRAMES")]
     pub codec_max_frames: Option<usize>,
+    /// Streams with a chunk ready to decode from which a codec call also takes longer
+    /// chunks than its own rows' (fewer, larger codec calls under deep load) [never].
+    #[arg(long, env = "QWEN3_TTS_CODEC_LONG_TOP_UPS_FROM")]
+    pub codec_long_top_ups_from: Option<usize>,
     /// Most rows in one call of a stage, a power of two (the largest CUDA graph bucket;
     /// the backend's is also at most the slots rounded up to a power of two) [128].
     #[arg(long, env = "QWEN3_TTS_MAX_BATCH")]
@@ -134,6 +138,7 @@ pub struct FileConfig {
     pub urgent_model_stages: Option<bool>,
     pub side_by_side: Option<bool>,
     pub codec_max_frames: Option<usize>,
+    pub codec_long_top_ups_from: Option<usize>,
     pub max_batch: Option<usize>,
     pub max_queue: Option<usize>,
     pub max_slots: Option<usize>,
@@ -309,6 +314,12 @@ impl ServeArgs {
                 .policy
                 .validate()
                 .map_err(|e| invalid("codec_max_frames", e.to_string()))?;
+        }
+        if let Some(rows) = self
+            .codec_long_top_ups_from
+            .or(file.codec_long_top_ups_from)
+        {
+            profile.policy.codec_long_top_ups_from = rows;
         }
         if let Some(rows) = self.max_batch.or(file.max_batch) {
             profile
@@ -488,16 +499,29 @@ mod tests {
 
     #[test]
     fn scheduling_knobs_override_the_profile() {
-        let file: FileConfig = toml::from_str("reserve_ms = 55\nside_by_side = true\n").unwrap();
+        let file: FileConfig =
+            toml::from_str("reserve_ms = 55\nside_by_side = true\ncodec_long_top_ups_from = 48\n")
+                .unwrap();
         let args = ServeArgs {
             urgent_model_stages: Some(false),
             ..Default::default()
         };
         let c = args.resolve_with(file).unwrap();
         assert!(c.profile.policy.side_by_side);
+        assert_eq!(c.profile.policy.codec_long_top_ups_from, 48);
         assert_eq!(c.profile.name, "balanced");
         assert_eq!(c.profile.policy.reserve, Duration::from_millis(55));
         assert!(!c.profile.policy.urgent_model_stages);
+        let args = ServeArgs {
+            codec_long_top_ups_from: Some(64),
+            ..Default::default()
+        };
+        let c = args.resolve_with(FileConfig::default()).unwrap();
+        assert_eq!(c.profile.policy.codec_long_top_ups_from, 64);
+        let c = ServeArgs::default()
+            .resolve_with(FileConfig::default())
+            .unwrap();
+        assert_eq!(c.profile.policy.codec_long_top_ups_from, usize::MAX);
         // A reserve beyond the profile's lead (150 ms for balanced) is refused by name.
         let args = ServeArgs {
             reserve_ms: Some(500),
