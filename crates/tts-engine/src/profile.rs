@@ -52,9 +52,9 @@ pub struct Policy {
     /// Codec-ready rows from which a codec call's top-ups may be longer than its longest
     /// chosen row: then any chunk that still fits `codec_max_frames` joins (those that
     /// do not are passed over). Below it they may not, so a first-audio call of a
-    /// 2-frame chunk carries no 12-frame passengers. A codec call's
-    /// time grows with its frames, but each call also has a fixed cost (~1 ms on the
-    /// H200): under deep load fewer, larger calls leave GPU time for the model stages.
+    /// 2-frame chunk carries no 12-frame passengers. A call's time grows with its frames,
+    /// but each also has a fixed cost (~1 ms on the H200) and holds up the model stages:
+    /// under deep load fewer, larger calls pay both less often.
     /// `usize::MAX` (every profile, until measured end to end): never. On the simulator
     /// with the H200's stage costs, 64 moved the knee from ~80 to ~88-95 req/s and
     /// left 40 req/s unchanged (`bench/results/2026-12-03-sim-codec-top-ups`).
