@@ -7,7 +7,8 @@ use std::time::Duration;
 use tts_engine::onset::OnsetRule;
 use tts_engine::scheduler::{Reason, Stage};
 use tts_engine::sim::{
-    fake_sample, simulate, Fault, SimConfig, SimRequest, StageCosts, FAKE_SAMPLES_PER_FRAME,
+    fake_sample, simulate, Fault, SimConfig, SimOutcome, SimRequest, StageCosts,
+    FAKE_SAMPLES_PER_FRAME,
 };
 use tts_engine::trim::TrimConfig;
 use tts_engine::{EndReason, Event};
@@ -31,6 +32,18 @@ fn expected_audio(seed: u64, frames: usize, skip_frames: usize) -> Vec<f32> {
     (skip_frames * FAKE_SAMPLES_PER_FRAME..frames * FAKE_SAMPLES_PER_FRAME)
         .map(|n| fake_sample(seed, n))
         .collect()
+}
+
+/// Every request of `out` delivered all its `frames` frames of audio, once and in order.
+fn assert_all_audio_in_order(out: &SimOutcome, frames: usize) {
+    for r in &out.requests {
+        assert_eq!(r.usage().expect("done").frames, frames);
+        assert!(
+            r.audio() == expected_audio(r.spec.seed, frames, 0),
+            "{:?}: audio lost or out of order",
+            r.id
+        );
+    }
 }
 
 #[test]
@@ -291,14 +304,7 @@ fn a_small_codec_budget_decodes_in_parts_and_loses_nothing() {
     config.profile.policy.codec_max_frames = 5;
     let reqs: Vec<SimRequest> = (0..6).map(|i| request(i * 5, 40, 300 + i)).collect();
     let out = simulate(&config, &reqs);
-    for r in &out.requests {
-        assert_eq!(r.usage().expect("done").frames, 40);
-        assert!(
-            r.audio() == expected_audio(r.spec.seed, 40, 0),
-            "{:?}: audio lost or out of order",
-            r.id
-        );
-    }
+    assert_all_audio_in_order(&out, 40);
     // Simulated cost: 0.5 ms + 2 ms per frame, so a call of at most 5 frames ends
     // within 10.5 ms of its start.
     let codec: Vec<_> = out
@@ -334,14 +340,7 @@ fn long_codec_top_ups_under_deep_load_lose_nothing() {
     config.profile.policy.codec_long_top_ups_from = 8;
     let reqs: Vec<SimRequest> = (0..64).map(|i| request(i * 10, 100, 500 + i)).collect();
     let out = simulate(&config, &reqs);
-    for r in &out.requests {
-        assert_eq!(r.usage().expect("done").frames, 100);
-        assert!(
-            r.audio() == expected_audio(r.spec.seed, 100, 0),
-            "{:?}: audio lost or out of order",
-            r.id
-        );
-    }
+    assert_all_audio_in_order(&out, 100);
     // Here the same work takes fewer codec calls than without long top-ups.
     let calls = |steps: &[tts_engine::core::StepRecord]| {
         steps.iter().filter(|s| s.stage == Stage::Codec).count()
