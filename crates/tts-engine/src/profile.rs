@@ -55,9 +55,11 @@ pub struct Policy {
     /// 2-frame chunk carries no 12-frame passengers. A call's time grows with its frames,
     /// but each also has a fixed cost (~1 ms on the H200) and holds up the model stages:
     /// under deep load fewer, larger calls pay both less often.
-    /// `usize::MAX` (every profile, until measured end to end): never. On the simulator
-    /// with the H200's stage costs, 64 moved the knee from ~80 to ~88-95 req/s and
-    /// left 40 req/s unchanged (`bench/results/2026-12-03-sim-codec-top-ups`).
+    /// Balanced: 64. On the H200 it moved the highest rate with audible TTFA p95 under
+    /// 50 ms from 80 to 100 req/s (p95 at 95 req/s 209.9 -> 45.7 ms), left 40-60 req/s
+    /// unchanged, and cost 4-5 ms of median at 80-88 req/s, where codec calls carrying
+    /// longer chunks take longer (`bench/results/2026-12-03-h200-codec-long-top-ups`).
+    /// Latency and throughput: `usize::MAX`, never (not measured with it).
     pub codec_long_top_ups_from: usize,
     /// With a backend that can (`Backend::runs_side_by_side`), run every code-predictor
     /// call together with a talker step of the other requests ready for it, and the other
@@ -164,9 +166,12 @@ impl Profile {
     /// before the f16 convolutions; at 65 req/s 160 gave p95 42.4 ms against 56.6,
     /// `bench/results/2026-12-01-h200-codec-budget-160`). Tuned on the simulator with the
     /// H200's measured stage costs (`examples/sim_h200.rs`), then checked end to end on
-    /// the H200 (`bench/results/`).
+    /// the H200 (`bench/results/`). From 64 streams with a chunk ready to decode, codec
+    /// calls also take longer chunks than their own rows' (`codec_long_top_ups_from`).
     pub fn balanced() -> Self {
-        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16).codec_frames(160)
+        Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16)
+            .codec_frames(160)
+            .codec_long_top_ups_from(64)
     }
 
     /// Larger chunks and full batches: the most audio per GPU second.
@@ -176,6 +181,11 @@ impl Profile {
 
     fn codec_frames(mut self, frames: usize) -> Self {
         self.policy.codec_max_frames = frames;
+        self
+    }
+
+    fn codec_long_top_ups_from(mut self, ready: usize) -> Self {
+        self.policy.codec_long_top_ups_from = ready;
         self
     }
 

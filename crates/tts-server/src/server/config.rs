@@ -54,7 +54,9 @@ pub struct ServeArgs {
     #[arg(long, env = "QWEN3_TTS_CODEC_MAX_FRAMES")]
     pub codec_max_frames: Option<usize>,
     /// Streams with a chunk ready to decode from which a codec call also takes longer
-    /// chunks than its own rows' (fewer, larger codec calls under deep load) [never].
+    /// chunks than its own rows' (fewer, larger codec calls under deep load); a number
+    /// above --max-slots turns it off [the profile's: 64 for balanced, never for the
+    /// others].
     #[arg(long, env = "QWEN3_TTS_CODEC_LONG_TOP_UPS_FROM")]
     pub codec_long_top_ups_from: Option<usize>,
     /// Most rows in one call of a stage, a power of two (the largest CUDA graph bucket;
@@ -513,14 +515,20 @@ mod tests {
         assert_eq!(c.profile.policy.reserve, Duration::from_millis(55));
         assert!(!c.profile.policy.urgent_model_stages);
         let args = ServeArgs {
-            codec_long_top_ups_from: Some(64),
+            codec_long_top_ups_from: Some(32),
             ..Default::default()
         };
         let c = args.resolve_with(FileConfig::default()).unwrap();
-        assert_eq!(c.profile.policy.codec_long_top_ups_from, 64);
+        assert_eq!(c.profile.policy.codec_long_top_ups_from, 32);
         let c = ServeArgs::default()
             .resolve_with(FileConfig::default())
             .unwrap();
+        assert_eq!(c.profile.policy.codec_long_top_ups_from, 64);
+        let args = ServeArgs {
+            profile: Some("throughput".into()),
+            ..Default::default()
+        };
+        let c = args.resolve_with(FileConfig::default()).unwrap();
         assert_eq!(c.profile.policy.codec_long_top_ups_from, usize::MAX);
         // A reserve beyond the profile's lead (150 ms for balanced) is refused by name.
         let args = ServeArgs {
