@@ -376,7 +376,8 @@ __device__ int sample_cp_row(int r, const float* __restrict__ logits, int V, int
     if (step < 15) {
         const size_t base = ((size_t)(step - 1) * V + c) * D;
         copy_rows_loads_first(next_x + (size_t)r * ldx, folded ? folded + base : nullptr,
-                              folded ? nullptr : raw + base, D, qkv + (size_t)r * ldq,
+                              folded ? nullptr : raw + base, D,
+                              qkv0 ? qkv + (size_t)r * ldq : nullptr,
                               qkv0 ? qkv0 + ((size_t)(step - 1) * V + c) * Q : nullptr,
                               qkv0 ? Q : 0);
     }
