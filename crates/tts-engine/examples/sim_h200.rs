@@ -6,7 +6,9 @@
 //! `chunks=1,2,4`, `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`,
 //! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`, `codec_long_from=64`, `max_batch=64`; stage costs:
 //! `jitter=0.1` (random extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
-//! `codec_base_us=`, `prefill_row_us=`, `prefill_base_us=`; `seed=2` (arrivals, texts and jitter).
+//! `codec_base_us=`, `prefill_row_us=`, `prefill_base_us=`; `merge_prefill_us=250` (a backend
+//! that merges prompts into talker steps, each prompt adding that much to the step, and
+//! `Policy::prefill_with_step` on); `seed=2` (arrivals, texts and jitter).
 
 use std::time::Duration;
 
@@ -45,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         small_rows: 8,
         codec_base: us(1_200),
         codec_per_frame: us(56),
+        merged_prefill_per_prompt: None,
     };
     let mut spec = LoadSpec {
         rate: arg(1, "10").parse()?,
@@ -84,6 +87,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "codec_base_us" => costs.codec_base = us(value.parse()?),
             "prefill_row_us" => costs.prefill_per_row = us(value.parse()?),
             "prefill_base_us" => costs.prefill_base = us(value.parse()?),
+            "merge_prefill_us" => {
+                p.prefill_with_step = true;
+                costs.merged_prefill_per_prompt = Some(us(value.parse()?));
+            }
             _ => return Err(format!("unknown override `{key}`").into()),
         }
     }

@@ -33,8 +33,9 @@ pub struct CoreSettings {
 pub struct StepRecord {
     pub stage: Stage,
     pub rows: Vec<RequestId>,
-    /// Rows of the other model stage run side by side with this one (code predictor with
-    /// talker step; empty when none ran).
+    /// The other stage run with this one in the same call (code predictor with talker step
+    /// side by side, or prefill merged with talker step), and its rows.
+    pub partner_stage: Option<Stage>,
     pub partner_rows: Vec<RequestId>,
     pub reason: Reason,
     pub started: Duration,
@@ -262,24 +263,29 @@ impl<C: Client> Core<C> {
     }
 
     /// Plans and runs one stage (with a backend that runs them side by side, a
-    /// code-predictor call and a talker step of other requests together); `None` when
-    /// nothing can run.
+    /// code-predictor call and a talker step of other requests together; with one that
+    /// merges them, a prefill and a talker step); `None` when nothing can run.
     pub fn step(&mut self) -> Option<StepRecord> {
         let started = self.now();
         let policy = &self.settings.profile.policy;
         let views = self.views();
         let plan = scheduler::plan(&views, started, policy)?;
-        let partner = if policy.side_by_side && self.backend.runs_side_by_side() {
-            scheduler::partner(&plan, &views, policy)
-        } else {
-            None
-        };
+        let merge = policy.prefill_with_step && self.backend.merges_prefill_with_step();
+        let side = policy.side_by_side && self.backend.runs_side_by_side();
+        let partner = merge
+            .then(|| scheduler::merge_partner(&plan, &views, policy))
+            .flatten()
+            .or_else(|| {
+                side.then(|| scheduler::partner(&plan, &views, policy))
+                    .flatten()
+            });
         self.step_no += 1;
         let failed = match &partner {
             Some(p) => self.execute_pair(&plan, p),
             None => self.execute(&plan),
         };
         let ended = self.now();
+        let partner_stage = partner.as_ref().map(|p| p.stage);
         let partner_rows = partner.map(|p| p.rows).unwrap_or_default();
         for i in 0..self.requests.len() {
             let id = self.requests[i].id;
@@ -293,6 +299,7 @@ impl<C: Client> Core<C> {
         Some(StepRecord {
             stage: plan.stage,
             rows: plan.rows,
+            partner_stage,
             partner_rows,
             reason: plan.reason,
             started,

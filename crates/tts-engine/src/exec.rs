@@ -12,6 +12,7 @@ use crate::error::RequestFailure;
 use crate::metrics;
 use crate::request::RequestId;
 use crate::scheduler::{Plan, Stage};
+use crate::state::RequestState;
 
 impl<C: Client> Core<C> {
     /// Runs `plan`; returns the requests it failed.
@@ -36,25 +37,18 @@ impl<C: Client> Core<C> {
     }
 
     fn run_prefill(&mut self, idx: &[usize]) -> Result<(), BackendError> {
-        let eos = self.info.codec_eos;
         let Core {
             backend, requests, ..
         } = self;
-        let rows: Vec<PrefillRow<'_>> = idx
-            .iter()
-            .filter_map(|&i| {
-                let r = &requests[i];
-                Some(PrefillRow {
-                    slot: r.slot?,
-                    prompt: r.prompt()?,
-                })
-            })
-            .collect();
-        check_rows(rows.len(), idx.len())?;
-        let out = backend.prefill(&rows)?;
+        let out = backend.prefill(&prefill_rows(requests, idx)?)?;
+        self.on_prefilled(idx, out)
+    }
+
+    fn on_prefilled(&mut self, idx: &[usize], out: Vec<u32>) -> Result<(), BackendError> {
+        let eos = self.info.codec_eos;
         check_rows(out.len(), idx.len())?;
         for (&i, code0) in idx.iter().zip(out) {
-            requests[i].on_prefill(code0, eos);
+            self.requests[i].on_prefill(code0, eos);
         }
         Ok(())
     }
@@ -105,14 +99,16 @@ impl<C: Client> Core<C> {
         Ok(())
     }
 
-    /// Runs a code-predictor plan and a talker-step plan (other requests) as one backend
-    /// call, side by side on the device; each part's rows fail or advance on their own.
-    /// Both stages' duration metrics get the call's wall time. Returns the requests it
-    /// failed.
+    /// Runs two plans of other requests as one backend call: a code-predictor plan and a
+    /// talker-step plan side by side on the device, or a prefill plan merged into a
+    /// talker-step plan; each part's rows fail or advance on their own. Both stages'
+    /// duration metrics get the call's wall time. Returns the requests it failed.
     pub(crate) fn execute_pair(&mut self, a: &Plan, b: &Plan) -> Vec<RequestId> {
         let (cp, st) = match (a.stage, b.stage) {
             (Stage::CodePredictor, Stage::TalkerStep) => (a, b),
             (Stage::TalkerStep, Stage::CodePredictor) => (b, a),
+            (Stage::Prefill, Stage::TalkerStep) => return self.execute_merged(a, b),
+            (Stage::TalkerStep, Stage::Prefill) => return self.execute_merged(b, a),
             _ => {
                 let mut failed = self.execute(a);
                 failed.extend(self.execute(b));
@@ -143,6 +139,44 @@ impl<C: Client> Core<C> {
         let mut failed = Vec::new();
         if let Err(e) = frames.and_then(|f| self.on_frames(&cp_idx, f)) {
             failed.extend(self.fail_rows(Stage::CodePredictor, &cp_idx, e));
+        }
+        if let Err(e) = codes.and_then(|c| self.on_codes0(&st_idx, c)) {
+            failed.extend(self.fail_rows(Stage::TalkerStep, &st_idx, e));
+        }
+        failed
+    }
+
+    /// A prefill plan and a talker-step plan (other requests) as one backend call
+    /// (`Backend::prefill_and_step`), each part's rows failing or advancing on their own.
+    fn execute_merged(&mut self, pf: &Plan, st: &Plan) -> Vec<RequestId> {
+        let pf_idx = self.indices(pf);
+        let st_idx = self.indices(st);
+        let span = tracing::debug_span!(
+            "stage",
+            stage = "prefill+talker_step",
+            rows = pf_idx.len() + st_idx.len()
+        );
+        let _entered = span.enter();
+        let t0 = self.now();
+        let step_rows = self.step_rows(&st_idx);
+        let Core {
+            backend, requests, ..
+        } = self;
+        let (codes0, codes) = match (prefill_rows(requests, &pf_idx), step_rows) {
+            (Ok(prompts), Ok(rows)) => backend.prefill_and_step(&prompts, &rows),
+            (prompts, rows) => (
+                prompts.and_then(|p| backend.prefill(&p)),
+                rows.and_then(|r| backend.talker_step(&r)),
+            ),
+        };
+        let took = self.now().saturating_sub(t0);
+        metrics::stage(Stage::Prefill, pf_idx.len(), took);
+        metrics::stage(Stage::TalkerStep, st_idx.len(), took);
+        tracing::trace!(prompts = pf_idx.len(), step_rows = st_idx.len(), reason = ?pf.reason, took = ?took, "merged step");
+        let mut failed = Vec::new();
+        let prefilled = codes0.and_then(|out| self.on_prefilled(&pf_idx, out));
+        if let Err(e) = prefilled {
+            failed.extend(self.fail_rows(Stage::Prefill, &pf_idx, e));
         }
         if let Err(e) = codes.and_then(|c| self.on_codes0(&st_idx, c)) {
             failed.extend(self.fail_rows(Stage::TalkerStep, &st_idx, e));
@@ -232,6 +266,25 @@ fn error_slot(error: &BackendError) -> Option<SlotId> {
         }
         BackendError::NoFreeSlot { .. } | BackendError::Device(_) => None,
     }
+}
+
+/// The prefill rows of requests `idx` (each with its slot and prompt).
+fn prefill_rows<'a, C: Client>(
+    requests: &'a [RequestState<C>],
+    idx: &[usize],
+) -> Result<Vec<PrefillRow<'a>>, BackendError> {
+    let rows: Vec<PrefillRow<'a>> = idx
+        .iter()
+        .filter_map(|&i| {
+            let r = &requests[i];
+            Some(PrefillRow {
+                slot: r.slot?,
+                prompt: r.prompt()?,
+            })
+        })
+        .collect();
+    check_rows(rows.len(), idx.len())?;
+    Ok(rows)
 }
 
 fn check_rows(got: usize, want: usize) -> Result<(), BackendError> {

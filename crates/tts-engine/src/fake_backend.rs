@@ -44,6 +44,10 @@ pub struct StageCosts {
     pub codec_base: Duration,
     /// Per decoded frame.
     pub codec_per_frame: Duration,
+    /// With `Some(t)` the backend merges prompts into talker steps
+    /// (`Backend::merges_prefill_with_step`): such a call costs the talker step plus `t`
+    /// a prompt, with no prefill base (a model of one talker pass over both).
+    pub merged_prefill_per_prompt: Option<Duration>,
 }
 
 impl StageCosts {
@@ -62,6 +66,7 @@ impl StageCosts {
             small_rows: 0,
             codec_base: us(500),
             codec_per_frame: Duration::ZERO,
+            merged_prefill_per_prompt: None,
         }
     }
 
@@ -80,6 +85,7 @@ impl StageCosts {
             small_rows: 0,
             codec_base: ms(1),
             codec_per_frame: Duration::from_micros(500),
+            merged_prefill_per_prompt: None,
         }
     }
 
@@ -245,7 +251,16 @@ impl FakeBackend {
     /// Spends the call's time, then fails it if a fault matches one of its rows.
     fn run(&mut self, stage: Stage, slots: &[SlotId], frames: usize) -> Result<(), BackendError> {
         let cost = self.costs.cost(stage, slots.len(), frames);
+        self.spend(cost);
+        self.check_faults(stage, slots)
+    }
+
+    fn spend(&mut self, cost: Duration) {
         self.clock.advance(self.jitter.apply(cost));
+    }
+
+    /// Fails a call of `stage` over `slots` if a fault matches one of its rows.
+    fn check_faults(&mut self, stage: Stage, slots: &[SlotId]) -> Result<(), BackendError> {
         for &id in slots {
             let s = self.slot(id)?;
             let (seed, at) = (s.seed, s.frames);
@@ -265,6 +280,33 @@ impl FakeBackend {
             }
         }
         Ok(())
+    }
+
+    /// Code 0 of frame 0 for each prefilled slot.
+    fn prefill_codes(&mut self, slots: &[SlotId]) -> Result<Vec<u32>, BackendError> {
+        let mut out = Vec::with_capacity(slots.len());
+        for &id in slots {
+            let seed = self.slot(id)?.seed;
+            let c = self.next_code0(seed, 0);
+            self.slot(id)?.code0 = Some(c);
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    /// Code 0 of the next frame for each stepped slot.
+    fn step_codes(&mut self, slots: &[SlotId]) -> Result<Vec<u32>, BackendError> {
+        let mut out = Vec::with_capacity(slots.len());
+        for &id in slots {
+            let (seed, frames) = {
+                let s = self.slot(id)?;
+                (s.seed, s.frames)
+            };
+            let c = self.next_code0(seed, frames);
+            self.slot(id)?.code0 = Some(c);
+            out.push(c);
+        }
+        Ok(out)
     }
 
     fn next_code0(&self, seed: u64, frame: usize) -> u32 {
@@ -312,14 +354,7 @@ impl Backend for FakeBackend {
     fn prefill(&mut self, rows: &[PrefillRow<'_>]) -> Result<Vec<u32>, BackendError> {
         let slots: Vec<SlotId> = rows.iter().map(|r| r.slot).collect();
         self.run(Stage::Prefill, &slots, 0)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for &id in &slots {
-            let seed = self.slot(id)?.seed;
-            let c = self.next_code0(seed, 0);
-            self.slot(id)?.code0 = Some(c);
-            out.push(c);
-        }
-        Ok(out)
+        self.prefill_codes(&slots)
     }
 
     fn predict_codes(&mut self, slots: &[SlotId]) -> Result<Vec<Frame>, BackendError> {
@@ -350,17 +385,36 @@ impl Backend for FakeBackend {
     fn talker_step(&mut self, rows: &[StepRow]) -> Result<Vec<u32>, BackendError> {
         let slots: Vec<SlotId> = rows.iter().map(|r| r.slot).collect();
         self.run(Stage::TalkerStep, &slots, 0)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for &id in &slots {
-            let (seed, frames) = {
-                let s = self.slot(id)?;
-                (s.seed, s.frames)
-            };
-            let c = self.next_code0(seed, frames);
-            self.slot(id)?.code0 = Some(c);
-            out.push(c);
-        }
-        Ok(out)
+        self.step_codes(&slots)
+    }
+
+    fn merges_prefill_with_step(&self) -> bool {
+        self.costs.merged_prefill_per_prompt.is_some()
+    }
+
+    fn prefill_and_step(
+        &mut self,
+        prompts: &[PrefillRow<'_>],
+        step: &[StepRow],
+    ) -> (
+        Result<Vec<u32>, BackendError>,
+        Result<Vec<u32>, BackendError>,
+    ) {
+        let Some(per_prompt) = self.costs.merged_prefill_per_prompt else {
+            return (self.prefill(prompts), self.talker_step(step));
+        };
+        let prompts: Vec<SlotId> = prompts.iter().map(|r| r.slot).collect();
+        let step: Vec<SlotId> = step.iter().map(|r| r.slot).collect();
+        let cost =
+            self.costs.cost(Stage::TalkerStep, step.len(), 0) + per_prompt * prompts.len() as u32;
+        self.spend(cost);
+        let prefilled = self
+            .check_faults(Stage::Prefill, &prompts)
+            .and_then(|()| self.prefill_codes(&prompts));
+        let stepped = self
+            .check_faults(Stage::TalkerStep, &step)
+            .and_then(|()| self.step_codes(&step));
+        (prefilled, stepped)
     }
 
     fn codec_decode(&mut self, rows: &[CodecRow<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {

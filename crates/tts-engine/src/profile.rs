@@ -68,6 +68,12 @@ pub struct Policy {
     /// longer than either alone, so audible TTFA p95 rose (65 req/s: 68.8 ms against
     /// 44.1; `bench/results/2026-12-02-h200-side-by-side`).
     pub side_by_side: bool,
+    /// With a backend that can (`Backend::merges_prefill_with_step`), run every prefill
+    /// together with a talker step of the other requests ready for one, and the other way
+    /// round, as one talker pass: the prefill's fixed cost goes, and the new requests reach
+    /// the code predictor with the stepped ones, so one code-predictor call serves both.
+    /// Off in every profile: no real backend merges yet (only the simulator's fake one).
+    pub prefill_with_step: bool,
 }
 
 impl Policy {
@@ -224,6 +230,7 @@ impl Profile {
                 max_fill_from,
                 codec_long_top_ups_from: usize::MAX,
                 side_by_side: false,
+                prefill_with_step: false,
             },
             chunks: ChunkSchedule::clamped(chunks),
         }

@@ -211,6 +211,34 @@ pub fn partner(plan: &Plan, views: &[RequestView], policy: &Policy) -> Option<Pl
         Stage::TalkerStep => Stage::CodePredictor,
         Stage::Prefill | Stage::Codec => return None,
     };
+    others_ready(stage, plan, views, policy)
+}
+
+/// For a backend that merges prompts into talker steps (`Policy::prefill_with_step`): the
+/// other of prefill and talker step, chosen as [`partner`] chooses, once at least
+/// `Policy::max_fill_from` requests are between model stages (under light load calls fill
+/// to their bucket only, and pulling talker rows forward only splits the code predictor's
+/// rows over more calls). After the merged call the new requests and the stepped ones all
+/// want the code predictor, so one call of it serves both.
+pub fn merge_partner(plan: &Plan, views: &[RequestView], policy: &Policy) -> Option<Plan> {
+    let stage = match plan.stage {
+        Stage::Prefill => Stage::TalkerStep,
+        Stage::TalkerStep => Stage::Prefill,
+        Stage::CodePredictor | Stage::Codec => return None,
+    };
+    let busy = views
+        .iter()
+        .filter(|v| v.ready.talker_step || v.ready.code_predictor)
+        .count();
+    if busy < policy.max_fill_from {
+        return None;
+    }
+    others_ready(stage, plan, views, policy)
+}
+
+/// A plan of `stage` for every request ready for it and not in `plan`, in `partner`'s
+/// order, up to the stage's row limit; `None` when there is none.
+fn others_ready(stage: Stage, plan: &Plan, views: &[RequestView], policy: &Policy) -> Option<Plan> {
     let mut rows: Vec<&RequestView> = views
         .iter()
         .filter(|v| v.ready.has(stage) && !plan.rows.contains(&v.id))
@@ -340,6 +368,7 @@ mod tests {
             max_fill_from: 0,
             codec_long_top_ups_from: usize::MAX,
             side_by_side: false,
+            prefill_with_step: false,
         }
     }
 
@@ -419,6 +448,47 @@ mod tests {
         }
         let lone = [view(1, CODES, true, None)];
         assert_eq!(partner(&plan, &lone, &bucket_policy()), None);
+    }
+
+    #[test]
+    fn a_merge_partner_pairs_prefill_with_talker_step_under_load() {
+        let views = [
+            view(1, PREFILL, false, None),
+            view(2, STEP, true, Some(50)),
+            view(3, CODES, true, Some(40)),
+            view(4, PREFILL, false, None),
+            view(5, STEP, false, None),
+        ];
+        let prefill = Plan {
+            stage: Stage::Prefill,
+            rows: vec![RequestId(1)],
+            reason: Reason::FirstAudio,
+        };
+        let p = merge_partner(&prefill, &views, &bucket_policy()).unwrap();
+        assert_eq!(p.stage, Stage::TalkerStep);
+        assert_eq!(ids(&p), vec![5, 2], "without audio first, then by deadline");
+        assert_eq!(p.reason, Reason::FirstAudio);
+        let back = merge_partner(&p, &views, &bucket_policy()).unwrap();
+        assert_eq!(back.stage, Stage::Prefill);
+        assert_eq!(ids(&back), vec![1, 4]);
+        for stage in [Stage::CodePredictor, Stage::Codec] {
+            let other = Plan {
+                stage,
+                ..prefill.clone()
+            };
+            assert_eq!(merge_partner(&other, &views, &bucket_policy()), None);
+        }
+        // Fewer requests between model stages (2, 3, 5) than max_fill_from: no merging.
+        let light = Policy {
+            max_fill_from: 4,
+            ..bucket_policy()
+        };
+        assert_eq!(merge_partner(&prefill, &views, &light), None);
+        let at = Policy {
+            max_fill_from: 3,
+            ..bucket_policy()
+        };
+        assert!(merge_partner(&prefill, &views, &at).is_some());
     }
 
     #[test]

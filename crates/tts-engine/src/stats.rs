@@ -214,16 +214,27 @@ pub struct StageUse {
 }
 
 impl StageUse {
-    /// Per-stage totals of `steps` (stages that never ran are left out).
+    /// Per-stage totals of `steps` (stages that never ran are left out). A call that ran
+    /// two stages counts for both, with its whole time, as on `/metrics`.
     pub fn of(steps: &[StepRecord]) -> Vec<StageUse> {
         Stage::ALL
             .iter()
             .filter_map(|&stage| {
-                let mine: Vec<&StepRecord> = steps.iter().filter(|s| s.stage == stage).collect();
+                let mine: Vec<&StepRecord> = steps
+                    .iter()
+                    .filter(|s| s.stage == stage || s.partner_stage == Some(stage))
+                    .collect();
+                let rows = |s: &StepRecord| {
+                    if s.stage == stage {
+                        s.rows.len()
+                    } else {
+                        s.partner_rows.len()
+                    }
+                };
                 (!mine.is_empty()).then(|| StageUse {
                     stage,
                     calls: mine.len(),
-                    rows: mine.iter().map(|s| s.rows.len()).sum(),
+                    rows: mine.iter().map(|s| rows(s)).sum(),
                     busy: mine.iter().map(|s| s.ended.saturating_sub(s.started)).sum(),
                     by_reason: [
                         Reason::Urgent,
@@ -385,6 +396,7 @@ mod tests {
         let step = |stage, rows: u64, reason, start: u64, end: u64| StepRecord {
             stage,
             rows: (0..rows).map(RequestId).collect(),
+            partner_stage: None,
             partner_rows: Vec::new(),
             reason,
             started: ms(start),
@@ -413,5 +425,23 @@ mod tests {
             (Stage::Codec, [1, 0, 0, 0])
         );
         assert!(used[0].to_string().contains("2 calls x   4.0 rows"));
+        // A merged call counts for both its stages, each with its own rows.
+        let merged = StepRecord {
+            partner_stage: Some(Stage::TalkerStep),
+            partner_rows: (10..17).map(RequestId).collect(),
+            ..step(Stage::Prefill, 2, Reason::FirstAudio, 8, 11)
+        };
+        let used = StageUse::of(&[merged]);
+        let summary: Vec<_> = used
+            .iter()
+            .map(|u| (u.stage, u.calls, u.rows, u.busy))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (Stage::Prefill, 1, 2, ms(3)),
+                (Stage::TalkerStep, 1, 7, ms(3))
+            ]
+        );
     }
 }

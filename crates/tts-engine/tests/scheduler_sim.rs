@@ -355,3 +355,80 @@ fn long_codec_top_ups_under_deep_load_lose_nothing() {
         calls(&short.steps)
     );
 }
+
+/// A backend that merges prompts into talker steps (each prompt adds 0.1 ms to the step),
+/// with `Policy::prefill_with_step` on.
+fn merging(faults: Vec<Fault>) -> SimConfig {
+    let mut config = SimConfig {
+        costs: StageCosts {
+            merged_prefill_per_prompt: Some(Duration::from_micros(100)),
+            ..StageCosts::gpu_like()
+        },
+        faults,
+        ..SimConfig::default()
+    };
+    config.profile.policy.prefill_with_step = true;
+    config
+}
+
+fn is_merged(s: &tts_engine::core::StepRecord) -> bool {
+    matches!(
+        (s.stage, s.partner_stage),
+        (Stage::Prefill, Some(Stage::TalkerStep)) | (Stage::TalkerStep, Some(Stage::Prefill))
+    )
+}
+
+#[test]
+fn prefills_merged_into_talker_steps_lose_nothing() {
+    // Streams arriving 5 ms apart, so prompts come while others are mid-reply.
+    let reqs: Vec<SimRequest> = (0..32).map(|i| request(i * 5, 60, 700 + i)).collect();
+    let config = merging(Vec::new());
+    let out = simulate(&config, &reqs);
+    assert_all_audio_in_order(&out, 60);
+    assert!(
+        out.steps.iter().any(is_merged),
+        "some prompts rode a talker step"
+    );
+    // Off by policy, or on a backend that cannot merge: never merged, same audio.
+    let mut apart = config.clone();
+    apart.profile.policy.prefill_with_step = false;
+    let separate = simulate(&apart, &reqs);
+    assert_all_audio_in_order(&separate, 60);
+    assert!(!separate.steps.iter().any(is_merged));
+    let mut plain = config;
+    plain.costs.merged_prefill_per_prompt = None;
+    assert!(!simulate(&plain, &reqs).steps.iter().any(is_merged));
+}
+
+#[test]
+fn a_failed_prompt_in_a_merged_call_fails_only_its_request() {
+    // Requests 5 ms apart: the later ones arrive while 16 or more others are mid-reply.
+    let reqs: Vec<SimRequest> = (0..40).map(|i| request(i * 5, 40, 800 + i)).collect();
+    let out = simulate(
+        &merging(vec![Fault {
+            seed: 829,
+            stage: Stage::Prefill,
+            at_frame: 0,
+            attributed: true,
+        }]),
+        &reqs,
+    );
+    let failed = out
+        .steps
+        .iter()
+        .find(|s| !s.failed.is_empty())
+        .expect("the fault fired");
+    assert!(is_merged(failed), "the prompt failed inside a merged call");
+    for r in &out.requests {
+        if r.spec.seed == 829 {
+            assert!(r.failed());
+        } else {
+            assert_eq!(r.usage().map(|u| u.frames), Some(40), "{:?}", r.id);
+            assert!(
+                r.audio() == expected_audio(r.spec.seed, 40, 0),
+                "{:?}",
+                r.id
+            );
+        }
+    }
+}

@@ -112,6 +112,27 @@ pub trait Backend: Send {
         (self.predict_codes(cp), self.talker_step(step))
     }
 
+    /// Whether [`prefill_and_step`](Self::prefill_and_step) runs its prompts and step rows
+    /// through the talker in one pass (else one after the other, and the engine gains
+    /// nothing from pairing them).
+    fn merges_prefill_with_step(&self) -> bool {
+        false
+    }
+
+    /// [`prefill`](Self::prefill) for `prompts` and [`talker_step`](Self::talker_step) for
+    /// `step` (other slots) as one call, each part with its own result: a part that fails
+    /// leaves its rows as they were, whatever the other part did.
+    fn prefill_and_step(
+        &mut self,
+        prompts: &[PrefillRow<'_>],
+        step: &[StepRow],
+    ) -> (
+        Result<Vec<u32>, BackendError>,
+        Result<Vec<u32>, BackendError>,
+    ) {
+        (self.prefill(prompts), self.talker_step(step))
+    }
+
     /// Appends frames to each slot's codec stream and returns their PCM
     /// (`frames.len() * samples_per_frame` samples per row, in [-1, 1]).
     fn codec_decode(&mut self, rows: &[CodecRow<'_>]) -> Result<Vec<Vec<f32>>, BackendError>;
