@@ -5,7 +5,8 @@
 //! Policy overrides after the prompts file: `fill=none|bucket|max`, `codec_fill=...`,
 //! `chunks=1,2,4`, `reserve_ms=60`, `urgent_model=false`, `codec_max_frames=64`,
 //! `lead_ms=300`, `prefill_rows=16`, `max_fill_from=8`, `codec_long_from=64`, `max_batch=64`; stage costs:
-//! `jitter=0.1` (random extra time per call, `fake_backend::Jitter`), `cp_base_us=`, `talker_base_us=`,
+//! `jitter=0.1` (random extra time per call, `fake_backend::Jitter`), `cp_base_us=`,
+//! `cp_small_row_us=`, `cp_row_us=`, `talker_base_us=`,
 //! `codec_base_us=`, `prefill_row_us=`, `prefill_base_us=`; `merge_prefill_us=250` (a backend
 //! that merges prompts into talker steps, each prompt adding that much to the step, and
 //! `Policy::prefill_with_step` on); `seed=2` (arrivals, texts and jitter).
@@ -35,12 +36,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 56.6 measured. Fitting prefill (2.55-2.58 ms) and the codec (3.80 ms at 79 req/s) to
     // that run too made it optimistic (p95 33.3 / 40.8 / 44.7 ms at 73 / 79 / 81): the
     // simulator has no host time between calls, which their higher costs stand in for.
+    // On 2026-12-03 the per-row costs of the code predictor (216 -> 200 µs up to 8 rows,
+    // 15 -> 5 µs beyond) and of prefill (250 -> 100 µs a prompt) came down to the server's
+    // figures at 100 req/s (code predictor 3.54 ms at 58.8 rows, prefill 2.57 ms at 1.5
+    // prompts; bench/results/2026-12-03-h200-head-check): the simulator then gives p95
+    // 21.4 / 25.1 / 38.0 / 48.1 / 68.0 / 431 ms at 40 / 60 / 80 / 100 / 105 / 120 req/s
+    // (seed 1) against 20.8 / 23.7 / 38.8 / 44.3-45.1 / 50.9 / 235 measured
+    // (bench/results/2026-12-03-h200-codec-long-top-ups); before, 126 ms at 100 req/s.
     let mut costs = StageCosts {
         prefill_base: us(2_550),
-        prefill_per_row: us(250),
+        prefill_per_row: us(100),
         code_predictor_base: us(1_650),
-        code_predictor_per_small_row: us(216),
-        code_predictor_per_row: us(15),
+        code_predictor_per_small_row: us(200),
+        code_predictor_per_row: us(5),
         talker_base: us(1_340),
         talker_per_small_row: us(200),
         talker_per_row: us(6),
@@ -83,6 +91,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "jitter" => jitter_scale = value.parse()?,
             "seed" => spec.seed = value.parse()?,
             "cp_base_us" => costs.code_predictor_base = us(value.parse()?),
+            "cp_small_row_us" => costs.code_predictor_per_small_row = us(value.parse()?),
+            "cp_row_us" => costs.code_predictor_per_row = us(value.parse()?),
             "talker_base_us" => costs.talker_base = us(value.parse()?),
             "codec_base_us" => costs.codec_base = us(value.parse()?),
             "prefill_row_us" => costs.prefill_per_row = us(value.parse()?),
