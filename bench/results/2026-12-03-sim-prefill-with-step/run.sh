@@ -3,7 +3,7 @@
 # steps, each prompt adding M µs to the step (`merge_prefill_us=M`), against separate
 # prefill calls. Balanced profile (its defaults, long codec top-ups from 64 included),
 # 192 slots, the bench's embedded English prompts, H200 stage costs of
-# crates/tts-engine/examples/sim_h200.rs, 60 s per rate, seeds 1-4. Repository root;
+# crates/tts-engine/examples/sim_h200.rs (refitted 2026-12-03), 60 s per rate, seeds 1-4. Repository root;
 # writes sim.txt beside this script.
 set -u
 cargo build -q --release -p tts-engine --example sim_h200
@@ -14,7 +14,7 @@ OUT=$(dirname "$0")/sim.txt
 for variant in off 250 600; do
     extra=""
     [ "$variant" != off ] && extra="merge_prefill_us=$variant"
-    for rate in 10 40 60 80 100 110 120; do
+    for rate in 10 40 60 80 100 110 120 130; do
         for seed in 1 2 3 4; do
             line=$($S "$rate" 60 192 balanced "$P" seed="$seed" $extra |
                 grep -E "TTFA \(audible\)|underruns:|^prefill |^code_predictor |^talker_step " |
