@@ -211,7 +211,7 @@ pub fn partner(plan: &Plan, views: &[RequestView], policy: &Policy) -> Option<Pl
         Stage::TalkerStep => Stage::CodePredictor,
         Stage::Prefill | Stage::Codec => return None,
     };
-    others_ready(stage, plan, views, policy)
+    others_ready(stage, plan, views, policy.stage_max_rows(stage))
 }
 
 /// For a backend that merges prompts into talker steps (`Policy::prefill_with_step`): the
@@ -233,17 +233,19 @@ pub fn merge_partner(plan: &Plan, views: &[RequestView], policy: &Policy) -> Opt
     if busy < policy.max_fill_from {
         return None;
     }
-    others_ready(stage, plan, views, policy)
+    // one pass holds both parts' rows: at most the largest call's
+    let room = policy.max_rows().saturating_sub(plan.rows.len());
+    others_ready(stage, plan, views, policy.stage_max_rows(stage).min(room))
 }
 
 /// A plan of `stage` for every request ready for it and not in `plan`, in `partner`'s
-/// order, up to the stage's row limit; `None` when there is none.
-fn others_ready(stage: Stage, plan: &Plan, views: &[RequestView], policy: &Policy) -> Option<Plan> {
+/// order, up to `max_rows`; `None` when there is none.
+fn others_ready(stage: Stage, plan: &Plan, views: &[RequestView], max_rows: usize) -> Option<Plan> {
     let mut rows: Vec<&RequestView> = views
         .iter()
         .filter(|v| v.ready.has(stage) && !plan.rows.contains(&v.id))
         .collect();
-    if rows.is_empty() {
+    if rows.is_empty() || max_rows == 0 {
         return None;
     }
     rows.sort_by_key(|v| {
@@ -255,7 +257,7 @@ fn others_ready(stage: Stage, plan: &Plan, views: &[RequestView], policy: &Polic
             v.order,
         )
     });
-    rows.truncate(policy.stage_max_rows(stage));
+    rows.truncate(max_rows);
     Some(Plan {
         stage,
         rows: rows.into_iter().map(|v| v.id).collect(),
@@ -489,6 +491,20 @@ mod tests {
             ..bucket_policy()
         };
         assert!(merge_partner(&prefill, &views, &at).is_some());
+        // Both parts fit one call of the largest bucket: 1 prompt leaves room for 1 row.
+        let small = Policy {
+            buckets: vec![1, 2],
+            ..bucket_policy()
+        };
+        assert_eq!(
+            ids(&merge_partner(&prefill, &views, &small).unwrap()),
+            vec![5]
+        );
+        let full = Plan {
+            rows: vec![RequestId(1), RequestId(4)],
+            ..prefill.clone()
+        };
+        assert_eq!(merge_partner(&full, &views, &small), None);
     }
 
     #[test]
