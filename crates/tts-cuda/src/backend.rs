@@ -16,6 +16,8 @@ use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
 use tts_model::{BackendError, Fp8Scope, Model};
 
+mod merged;
+
 use crate::codec::{CodecPrecision, DevCodec, ImplicitConv};
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
@@ -103,6 +105,12 @@ pub struct CudaOptions {
     /// codec convolutions) the H200 held TTFA p95 < 50 ms without underruns at 60 req/s
     /// (50 before); off: one pass per prompt.
     pub batched_prefill: bool,
+    /// Run a prefill and a talker step of other slots as one talker pass when the engine
+    /// pairs them (`Backend::prefill_and_step`, `Policy::prefill_with_step`): one read of
+    /// the talker's weights for both, and no prefill call of its own (`backend/merged.rs`).
+    /// Off by default: not yet run on a GPU (the simulator's case for it:
+    /// `bench/results/2026-12-03-sim-prefill-with-step`).
+    pub merge_prefill: bool,
     /// Decoder-layer matrices stored as E4M3 with row scales (`tts_model::fp8`): the GEMV
     /// reads the 8-bit codes where `routing::fp8_gemv` measured it faster, every other
     /// call a bf16 copy of the same values. None by default: the stored weights.
@@ -244,6 +252,7 @@ impl Default for CudaOptions {
             talker_prefetch: Prefetch::TALKER,
             fp8: Fp8Scope::None,
             batched_prefill: true,
+            merge_prefill: false,
             side_by_side: false,
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
@@ -1102,6 +1111,21 @@ impl Backend for CudaBackend {
         self.run(GraphKind::TalkerStep, b)?;
         let codes = self.gpu.read(&self.ws.codes, rows.len())?;
         self.finish_step(rows, &codes)
+    }
+
+    fn merges_prefill_with_step(&self) -> bool {
+        self.opts.merge_prefill
+    }
+
+    fn prefill_and_step(
+        &mut self,
+        prompts: &[PrefillRow<'_>],
+        step: &[StepRow],
+    ) -> (
+        Result<Vec<u32>, BackendError>,
+        Result<Vec<u32>, BackendError>,
+    ) {
+        self.merged_or_apart(prompts, step)
     }
 
     fn runs_side_by_side(&self) -> bool {

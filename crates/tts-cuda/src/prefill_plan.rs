@@ -101,6 +101,26 @@ pub fn pass_plan(
     plan
 }
 
+/// One step row of a merged pass: slot, position of its new token, text id.
+pub type StepToken = (i32, i32, i32);
+
+/// One talker pass over `jobs`' prompts and then one token for each of `steps` (a talker
+/// step of other slots): the prompts' tokens as [`pass_plan`] lays them out (no padding),
+/// then each step row's token (codec id -1: its input is the frame's code embeddings),
+/// whose output row is its own token. Rows: the prompts' in order, then the step rows'.
+pub fn merged_plan(jobs: &[PrefillJob], steps: &[StepToken], pad_text: i32) -> PrefillPlan {
+    let mut plan = pass_plan(jobs, pad_text, None);
+    for &(slot, position, text) in steps {
+        plan.last.push(plan.text.len() as i32);
+        plan.row_slots.push(slot);
+        plan.text.push(text);
+        plan.codec.push(-1);
+        plan.slots.push(slot);
+        plan.positions.push(position);
+    }
+    plan
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +169,21 @@ mod tests {
         assert_eq!(plan.positions, vec![0, 1, 9, 10, 11]);
         assert_eq!(plan.last, vec![1, 4]);
         assert_eq!(plan.row_slots, vec![3, 5]);
+    }
+
+    #[test]
+    fn a_merged_pass_puts_each_step_row_after_the_prompts_as_its_own_row() {
+        let plan = merged_plan(
+            &[job(3, 0, 2), job(5, 9, 3)],
+            &[(1, 40, 77), (6, 12, 88)],
+            7,
+        );
+        assert_eq!(plan.text, vec![300, 301, 500, 501, 502, 77, 88]);
+        assert_eq!(plan.codec, vec![-1; 7]);
+        assert_eq!(plan.slots, vec![3, 3, 5, 5, 5, 1, 6]);
+        assert_eq!(plan.positions, vec![0, 1, 9, 10, 11, 40, 12]);
+        assert_eq!(plan.last, vec![1, 4, 5, 6]);
+        assert_eq!(plan.row_slots, vec![3, 5, 1, 6]);
     }
 
     #[test]

@@ -231,6 +231,78 @@ pub fn prefill(
     finish_rows(gpu, t, ws, rows, row_slots, rules)
 }
 
+/// Enqueues one talker pass over a merged plan written by [`write_prefill_inputs`]
+/// (`prefill_plan::merged_plan`): `n` tokens, the last `b` of them one step row each,
+/// and `rows` output rows (the prompts' last tokens, then the step rows). The prompts'
+/// inputs are built as in [`prefill`], the step rows' as in [`step`]; then every token
+/// goes through the layers with the split attention path (tokens of any slots and
+/// positions). Codes land in `ws.codes[..rows]`. Eager (no graph).
+pub fn prefill_with_step(
+    gpu: &Gpu,
+    t: &DevTalker,
+    cp: &DevCodePredictor,
+    ws: &Workspace,
+    (n, b, rows): (usize, usize, usize),
+    rules: SampleRules,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
+    let np = n - b;
+    let p = |region: usize| ws.prefill_ints.at(region * n);
+    let (text_ids, codec_ids, slots, positions) = (p(0), p(1), p(2), p(3));
+    let last = p(4);
+    let row_slots = ws.prefill_ints.at(4 * n + rows);
+    if np > 0 {
+        text_vectors(gpu, t, ws, text_ids, np, ws.x.ptr)?;
+        kernels::gather_rows(
+            gpu,
+            t.codec_embedding.ptr,
+            h,
+            codec_ids,
+            np,
+            ws.x.ptr,
+            h,
+            true,
+        )?;
+    }
+    // the step rows: text vector (into ws.last) plus the code embeddings of the slot's
+    // current frame, written after the prompts' tokens
+    text_vectors(gpu, t, ws, ws.prefill_ints.at(np), b, ws.last.ptr)?;
+    ws.load_frames(gpu, ws.slot_frames.ptr, ws.prefill_ints.at(2 * n + np), b)?;
+    gpu.launch(
+        "frame_embedding",
+        (b as u32, 1, 1),
+        256,
+        &[
+            Arg::P(t.codec_embedding.ptr),
+            Arg::P(cp.embeddings.ptr),
+            Arg::I(h as i32),
+            Arg::P(ws.frames.ptr),
+            Arg::P(ws.last.ptr),
+            Arg::I(h as i32),
+            Arg::P(ws.x.at(np * h)),
+            Arg::I(h as i32),
+            Arg::I(b as i32),
+            Arg::I(cp.vocab as i32),
+        ],
+    )?;
+    let tok = Tokens {
+        x: ws.x.ptr,
+        n,
+        slots,
+        positions,
+    };
+    run_layers(
+        gpu,
+        &t.stack,
+        ws,
+        tok,
+        talker_kv(ws),
+        (Attention::Split, false),
+    )?;
+    kernels::gather_u32(gpu, ws.x.ptr, h, h, last, rows, ws.last.ptr, h)?;
+    finish_rows(gpu, t, ws, rows, row_slots, rules)
+}
+
 /// Enqueues one generation step for `b` rows (a bucket; padding rows have slot -1). Reads
 /// `ws.inputs` (row slots, positions, text ids); codes land in `ws.codes[..b]`.
 /// With `persistent` and at most its `max_rows()` rows the layers run as one persistent

@@ -1471,3 +1471,118 @@ fn staged_gemv_stages_match_the_gemv_stages() {
         }
     }
 }
+
+/// A prefill merged into a talker step of other slots (`CudaOptions::merge_prefill`,
+/// one talker pass over both) computes what a prefill and then the step compute, in
+/// exact mode (f32 KV cache): the codes of the merged call and of 3 frames after it
+/// identical, the step rows' talker logits within 1e-3; a prompt that fails its checks
+/// leaves the step to run on its own.
+#[test]
+fn merged_prefill_matches_prefill_then_step() {
+    let test = "merged_prefill_matches_prefill_then_step";
+    let model = Model::load("demo", LoadOptions::default()).unwrap();
+    let opts = CudaOptions {
+        merge_prefill: true,
+        ..options(true)
+    };
+    let Some(mut merged) = open_backend(&model, test, opts) else {
+        return;
+    };
+    assert!(merged.merges_prefill_with_step());
+    let mut apart = gpu_backend_with(&model, test, true).unwrap();
+    assert!(!apart.merges_prefill_with_step());
+    let prompts: Vec<_> = [
+        (
+            "Three requests are already speaking.",
+            "vivian",
+            TextMode::Stream,
+        ),
+        ("The second of them.", "eric", TextMode::Stream),
+        (
+            "And the third one, a little longer.",
+            "aiden",
+            TextMode::Prefill,
+        ),
+        (
+            "A new request arrives mid-stream.",
+            "eric",
+            TextMode::Prefill,
+        ),
+    ]
+    .iter()
+    .map(|(t, v, m)| model.prompt(&request(t, Some(v), *m)).unwrap())
+    .collect();
+    let vocab = model.config.talker.vocab_size;
+    let pad = model.config.tts_pad_token_id;
+    let steps = |slots: &[tts_model::SlotId]| -> Vec<StepRow> {
+        slots
+            .iter()
+            .map(|&slot| StepRow {
+                slot,
+                text_token: pad,
+            })
+            .collect()
+    };
+    let run = |gpu: &mut CudaBackend, merge: bool| {
+        let mut slots = prefilled(gpu, &model, &prompts[..3], &[40, 41, 42]);
+        let mut frames: Vec<[u32; 16]> = gpu.predict_codes(&slots).unwrap();
+        let new = gpu.alloc_slot(&model.default_sampling(43)).unwrap();
+        let row = [PrefillRow {
+            slot: new,
+            prompt: &prompts[3],
+        }];
+        let (code0, codes) = if merge {
+            let (p, s) = gpu.prefill_and_step(&row, &steps(&slots));
+            (p.unwrap(), s.unwrap())
+        } else {
+            (
+                gpu.prefill(&row).unwrap(),
+                gpu.talker_step(&steps(&slots)).unwrap(),
+            )
+        };
+        // the step rows' logits: after the prompt's row in the merged call
+        let skip = if merge { 1 } else { 0 };
+        let logits = gpu.debug_logits(skip + slots.len(), vocab).unwrap()[skip * vocab..].to_vec();
+        slots.push(new);
+        for _ in 0..3 {
+            frames.extend(gpu.predict_codes(&slots).unwrap());
+            gpu.talker_step(&steps(&slots)).unwrap();
+        }
+        frames.extend(gpu.predict_codes(&slots).unwrap());
+        for s in slots {
+            gpu.free_slot(s);
+        }
+        (code0, codes, logits, frames)
+    };
+    let got = run(&mut merged, true);
+    let want = run(&mut apart, false);
+    assert_eq!(got.0, want.0, "{test}: the prompt's code 0");
+    assert_eq!(got.1, want.1, "{test}: the step rows' codes 0");
+    let err = rel_err(&got.2, &want.2);
+    assert!(err < 1e-3, "{test}: step rows' talker logits rel err {err}");
+    assert_eq!(
+        first_mismatch(&got.3, &want.3),
+        None,
+        "{test}: frames after the merged call"
+    );
+    eprintln!("{test}: 1 prompt + 3 step rows merged, then 4 rows x 3 frames identical (logits rel err {err:.2e})");
+    // a prompt that fails its checks (its slot is already prefilled): the step runs alone
+    let slots = prefilled(&mut merged, &model, &prompts[..2], &[50, 51]);
+    merged.predict_codes(&slots[1..]).unwrap();
+    let (p, s) = merged.prefill_and_step(
+        &[PrefillRow {
+            slot: slots[0],
+            prompt: &prompts[0],
+        }],
+        &steps(&slots[1..]),
+    );
+    assert!(p.is_err(), "{test}: a second prefill of one slot ran");
+    assert_eq!(
+        s.unwrap().len(),
+        1,
+        "{test}: the step did not run on its own"
+    );
+    for s in slots {
+        merged.free_slot(s);
+    }
+}

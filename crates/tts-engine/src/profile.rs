@@ -72,7 +72,9 @@ pub struct Policy {
     /// together with a talker step of the other requests ready for one, and the other way
     /// round, as one talker pass: the prefill's fixed cost goes, and the new requests reach
     /// the code predictor with the stepped ones, so one code-predictor call serves both.
-    /// Off in every profile: no real backend merges yet (only the simulator's fake one).
+    /// Off in every profile: the CUDA backend's merged pass (`--prefill-with-step true`)
+    /// has not run on a GPU yet; on the simulator it moved the knee from ~100 to
+    /// ~110-115 req/s (`bench/results/2026-12-03-sim-prefill-with-step`).
     pub prefill_with_step: bool,
 }
 

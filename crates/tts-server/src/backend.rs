@@ -38,6 +38,9 @@ pub struct BackendSize {
     /// A second stream for the code predictor, so it can run beside talker steps (CUDA;
     /// `Policy::side_by_side`).
     pub code_predictor_lane: bool,
+    /// Prompts and talker steps of other requests in one talker pass when the engine
+    /// pairs them (CUDA; `Policy::prefill_with_step`).
+    pub merge_prefill: bool,
 }
 
 impl Default for BackendSize {
@@ -47,6 +50,7 @@ impl Default for BackendSize {
             max_batch: 64,
             max_positions: 2048,
             code_predictor_lane: false,
+            merge_prefill: false,
         }
     }
 }
@@ -123,6 +127,7 @@ pub fn create_cuda(
         // the prompts of one prefill call in one pass (on; 0: one pass per prompt)
         batched_prefill: on_unless_zero("QWEN3_TTS_BATCHED_PREFILL"),
         side_by_side: size.code_predictor_lane,
+        merge_prefill: size.merge_prefill,
         // timing ablation (bench-stages): kernels never launched, comma-separated prefixes
         without_kernels: std::env::var("QWEN3_TTS_WITHOUT_KERNELS")
             .map(|v| {

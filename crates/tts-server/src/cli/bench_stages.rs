@@ -66,6 +66,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
         max_batch,
         max_positions: 512,
         code_predictor_lane: false,
+        merge_prefill: false,
     };
     let mut b = create_cuda(&model, a.cuda_device, size)?;
     let mut tuning_json = Vec::new();

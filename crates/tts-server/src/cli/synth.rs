@@ -128,6 +128,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
         max_batch: 1,
         max_positions: (prompt.positions.len() + max_frames + 1).max(64),
         code_predictor_lane: false,
+        merge_prefill: false,
     };
     let mut backend = backend::create(&model, a.device, size)?;
     let load_s = t_load.elapsed().as_secs_f64();

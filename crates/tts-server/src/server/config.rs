@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// [false].
     #[arg(long, env = "QWEN3_TTS_SIDE_BY_SIDE", action = clap::ArgAction::Set)]
     pub side_by_side: Option<bool>,
+    /// Run each prefill together with a talker step of other requests as one talker pass
+    /// (true/false; CUDA, not yet measured on a GPU) [false].
+    #[arg(long, env = "QWEN3_TTS_PREFILL_WITH_STEP", action = clap::ArgAction::Set)]
+    pub prefill_with_step: Option<bool>,
     /// Most frames one codec call decodes, over all its streams [the profile's: 160 for
     /// balanced].
     #[arg(long, env = "QWEN3_TTS_CODEC_MAX_FRAMES")]
@@ -139,6 +143,7 @@ pub struct FileConfig {
     pub reserve_ms: Option<u64>,
     pub urgent_model_stages: Option<bool>,
     pub side_by_side: Option<bool>,
+    pub prefill_with_step: Option<bool>,
     pub codec_max_frames: Option<usize>,
     pub codec_long_top_ups_from: Option<usize>,
     pub max_batch: Option<usize>,
@@ -309,6 +314,9 @@ impl ServeArgs {
         }
         if let Some(on) = self.side_by_side.or(file.side_by_side) {
             profile.policy.side_by_side = on;
+        }
+        if let Some(on) = self.prefill_with_step.or(file.prefill_with_step) {
+            profile.policy.prefill_with_step = on;
         }
         if let Some(frames) = self.codec_max_frames.or(file.codec_max_frames) {
             profile.policy.codec_max_frames = frames;
@@ -501,15 +509,18 @@ mod tests {
 
     #[test]
     fn scheduling_knobs_override_the_profile() {
-        let file: FileConfig =
-            toml::from_str("reserve_ms = 55\nside_by_side = true\ncodec_long_top_ups_from = 48\n")
-                .unwrap();
+        let file: FileConfig = toml::from_str(
+            "reserve_ms = 55\nside_by_side = true\ncodec_long_top_ups_from = 48\n\
+                 prefill_with_step = true\n",
+        )
+        .unwrap();
         let args = ServeArgs {
             urgent_model_stages: Some(false),
             ..Default::default()
         };
         let c = args.resolve_with(file).unwrap();
         assert!(c.profile.policy.side_by_side);
+        assert!(c.profile.policy.prefill_with_step);
         assert_eq!(c.profile.policy.codec_long_top_ups_from, 48);
         assert_eq!(c.profile.name, "balanced");
         assert_eq!(c.profile.policy.reserve, Duration::from_millis(55));

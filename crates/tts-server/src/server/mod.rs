@@ -134,6 +134,7 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
             .next_power_of_two()
             .min(config.profile.policy.max_rows()),
         code_predictor_lane: config.profile.policy.side_by_side,
+        merge_prefill: config.profile.policy.prefill_with_step,
         ..BackendSize::default()
     };
     // every backend first: a device that cannot hold them all fails before any engine runs
