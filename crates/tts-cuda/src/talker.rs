@@ -161,6 +161,62 @@ pub struct PrefillPlan {
     pub row_slots: Vec<i32>,
 }
 
+/// The prompt tokens' input rows: `x[r] = T(text[r]) + codec_embedding(codec[r])` (no
+/// codec term where the id is -1), for `n` tokens into `ws.x`.
+fn embed_prompt_tokens(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &Workspace,
+    (text_ids, codec_ids): (u64, u64),
+    n: usize,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
+    text_vectors(gpu, t, ws, text_ids, n, ws.x.ptr)?;
+    kernels::gather_rows(
+        gpu,
+        t.codec_embedding.ptr,
+        h,
+        codec_ids,
+        n,
+        ws.x.ptr,
+        h,
+        true,
+    )
+}
+
+/// The step rows' input rows: the text vector of each row's text id (via `ws.last`) plus
+/// the 16 code embeddings of its slot's current frame, for `b` rows into `out` (ld hidden).
+fn embed_step_rows(
+    gpu: &Gpu,
+    t: &DevTalker,
+    cp: &DevCodePredictor,
+    ws: &Workspace,
+    (text_ids, slots): (u64, u64),
+    b: usize,
+    out: u64,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
+    text_vectors(gpu, t, ws, text_ids, b, ws.last.ptr)?;
+    ws.load_frames(gpu, ws.slot_frames.ptr, slots, b)?;
+    gpu.launch(
+        "frame_embedding",
+        (b as u32, 1, 1),
+        256,
+        &[
+            Arg::P(t.codec_embedding.ptr),
+            Arg::P(cp.embeddings.ptr),
+            Arg::I(h as i32),
+            Arg::P(ws.frames.ptr),
+            Arg::P(ws.last.ptr),
+            Arg::I(h as i32),
+            Arg::P(out),
+            Arg::I(h as i32),
+            Arg::I(b as i32),
+            Arg::I(cp.vocab as i32),
+        ],
+    )
+}
+
 /// Writes a prefill plan's integer inputs (one host-to-device copy). Regions of `n` =
 /// `plan.text.len()` ints each: text | codec | slots | positions | last + row slots.
 pub fn write_prefill_inputs(
@@ -196,28 +252,29 @@ pub fn prefill(
     rows: usize,
     rules: SampleRules,
 ) -> Result<(), CudaError> {
+    let p = |region: usize| ws.prefill_ints.at(region * n);
+    embed_prompt_tokens(gpu, t, ws, (p(0), p(1)), n)?;
+    split_pass(gpu, t, ws, n, rows, rules)
+}
+
+/// The layers over the `n` tokens in `ws.x` at the slots and positions of the prefill plan
+/// in `ws.prefill_ints` (split attention: tokens of any slots and positions), then the head
+/// and sampling over the plan's `rows` rows (each at its last token).
+fn split_pass(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &Workspace,
+    n: usize,
+    rows: usize,
+    rules: SampleRules,
+) -> Result<(), CudaError> {
     let h = t.stack.dims.hidden;
     let p = |region: usize| ws.prefill_ints.at(region * n);
-    let (text_ids, codec_ids, slots, positions) = (p(0), p(1), p(2), p(3));
-    let last = p(4);
-    let row_slots = ws.prefill_ints.at(4 * n + rows);
-
-    text_vectors(gpu, t, ws, text_ids, n, ws.x.ptr)?;
-    kernels::gather_rows(
-        gpu,
-        t.codec_embedding.ptr,
-        h,
-        codec_ids,
-        n,
-        ws.x.ptr,
-        h,
-        true,
-    )?;
     let tok = Tokens {
         x: ws.x.ptr,
         n,
-        slots,
-        positions,
+        slots: p(2),
+        positions: p(3),
     };
     run_layers(
         gpu,
@@ -227,7 +284,8 @@ pub fn prefill(
         talker_kv(ws),
         (Attention::Split, false),
     )?;
-    kernels::gather_u32(gpu, ws.x.ptr, h, h, last, rows, ws.last.ptr, h)?;
+    kernels::gather_u32(gpu, ws.x.ptr, h, h, p(4), rows, ws.last.ptr, h)?;
+    let row_slots = ws.prefill_ints.at(4 * n + rows);
     finish_rows(gpu, t, ws, rows, row_slots, rules)
 }
 
@@ -248,59 +306,13 @@ pub fn prefill_with_step(
     let h = t.stack.dims.hidden;
     let np = n - b;
     let p = |region: usize| ws.prefill_ints.at(region * n);
-    let (text_ids, codec_ids, slots, positions) = (p(0), p(1), p(2), p(3));
-    let last = p(4);
-    let row_slots = ws.prefill_ints.at(4 * n + rows);
     if np > 0 {
-        text_vectors(gpu, t, ws, text_ids, np, ws.x.ptr)?;
-        kernels::gather_rows(
-            gpu,
-            t.codec_embedding.ptr,
-            h,
-            codec_ids,
-            np,
-            ws.x.ptr,
-            h,
-            true,
-        )?;
+        embed_prompt_tokens(gpu, t, ws, (p(0), p(1)), np)?;
     }
-    // the step rows: text vector (into ws.last) plus the code embeddings of the slot's
-    // current frame, written after the prompts' tokens
-    text_vectors(gpu, t, ws, ws.prefill_ints.at(np), b, ws.last.ptr)?;
-    ws.load_frames(gpu, ws.slot_frames.ptr, ws.prefill_ints.at(2 * n + np), b)?;
-    gpu.launch(
-        "frame_embedding",
-        (b as u32, 1, 1),
-        256,
-        &[
-            Arg::P(t.codec_embedding.ptr),
-            Arg::P(cp.embeddings.ptr),
-            Arg::I(h as i32),
-            Arg::P(ws.frames.ptr),
-            Arg::P(ws.last.ptr),
-            Arg::I(h as i32),
-            Arg::P(ws.x.at(np * h)),
-            Arg::I(h as i32),
-            Arg::I(b as i32),
-            Arg::I(cp.vocab as i32),
-        ],
-    )?;
-    let tok = Tokens {
-        x: ws.x.ptr,
-        n,
-        slots,
-        positions,
-    };
-    run_layers(
-        gpu,
-        &t.stack,
-        ws,
-        tok,
-        talker_kv(ws),
-        (Attention::Split, false),
-    )?;
-    kernels::gather_u32(gpu, ws.x.ptr, h, h, last, rows, ws.last.ptr, h)?;
-    finish_rows(gpu, t, ws, rows, row_slots, rules)
+    // the step rows after the prompts' tokens: their text ids and slots
+    let step_ids = (ws.prefill_ints.at(np), ws.prefill_ints.at(2 * n + np));
+    embed_step_rows(gpu, t, cp, ws, step_ids, b, ws.x.at(np * h))?;
+    split_pass(gpu, t, ws, n, rows, rules)
 }
 
 /// Enqueues one generation step for `b` rows (a bucket; padding rows have slot -1). Reads
@@ -323,25 +335,7 @@ pub fn step(
         ws.inputs.at(lay.step_pos),
         ws.inputs.at(lay.text_ids),
     );
-    text_vectors(gpu, t, ws, text_ids, b, ws.last.ptr)?;
-    ws.load_frames(gpu, ws.slot_frames.ptr, slots, b)?;
-    gpu.launch(
-        "frame_embedding",
-        (b as u32, 1, 1),
-        256,
-        &[
-            Arg::P(t.codec_embedding.ptr),
-            Arg::P(cp.embeddings.ptr),
-            Arg::I(h as i32),
-            Arg::P(ws.frames.ptr),
-            Arg::P(ws.last.ptr),
-            Arg::I(h as i32),
-            Arg::P(ws.x.ptr),
-            Arg::I(h as i32),
-            Arg::I(b as i32),
-            Arg::I(cp.vocab as i32),
-        ],
-    )?;
+    embed_step_rows(gpu, t, cp, ws, (text_ids, slots), b, ws.x.ptr)?;
     if let Some(p) = persistent.filter(|p| b <= p.max_rows()) {
         p.launch(gpu, b)?;
     } else {
