@@ -353,6 +353,9 @@ pub struct CudaBackend {
     text_vocab: usize,
 }
 
+/// A prompt head a prefill stores in the prefix cache after its pass (one not cached yet).
+type HeadToStore<'a> = Option<&'a [PromptPosition]>;
+
 impl CudaBackend {
     /// Loads `model` onto the GPU.
     pub fn new(model: &Model, opts: CudaOptions) -> Result<Self, CudaError> {
@@ -621,7 +624,7 @@ impl CudaBackend {
     fn prefill_job<'a>(
         &mut self,
         r: &PrefillRow<'a>,
-    ) -> Result<(PrefillJob, Option<&'a [PromptPosition]>), BackendError> {
+    ) -> Result<(PrefillJob, HeadToStore<'a>), BackendError> {
         let max_tokens = self.opts.limits.max_prefill_tokens;
         let cap = self.info.max_positions;
         let text_vocab = self.text_vocab;
@@ -677,6 +680,46 @@ impl CudaBackend {
             codec: codec.split_off(skip),
         };
         Ok((job, store))
+    }
+
+    /// Every row of a prefill call checked (and its cached head restored) before any pass
+    /// runs: each row's job, and the head to store after its pass.
+    fn prefill_jobs<'a>(
+        &mut self,
+        rows: &[PrefillRow<'a>],
+    ) -> Result<(Vec<PrefillJob>, Vec<HeadToStore<'a>>), BackendError> {
+        let slots: Vec<u32> = rows.iter().map(|r| r.slot.0).collect();
+        if let Some(slot) = repeated_slot(&slots) {
+            return Err(BackendError::SlotState {
+                slot,
+                message: "the same slot twice in one prefill call".into(),
+            });
+        }
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut stores = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (job, store) = self.prefill_job(r)?;
+            jobs.push(job);
+            stores.push(store);
+        }
+        Ok((jobs, stores))
+    }
+
+    /// A prefilled row's slot after its pass: its new prompt head stored in the prefix
+    /// cache, its length and its code 0.
+    fn finish_prefill(
+        &mut self,
+        r: &PrefillRow<'_>,
+        store: HeadToStore<'_>,
+        code: u32,
+    ) -> Result<(), BackendError> {
+        if let Some(head) = store {
+            self.prefix.store(&self.gpu, head, r.slot.0 as usize)?;
+        }
+        let st = self.slot(r.slot)?;
+        st.len += r.prompt.positions.len();
+        st.stage = Stage::Code0(code);
+        Ok(())
     }
 
     /// One prefill pass over `jobs` (their tokens in one launch sequence, replayed from the
@@ -1048,21 +1091,7 @@ impl Backend for CudaBackend {
     /// results never depend on which other prompts arrive with it.
     fn prefill(&mut self, rows: &[PrefillRow<'_>]) -> Result<Vec<u32>, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
-        let slots: Vec<u32> = rows.iter().map(|r| r.slot.0).collect();
-        if let Some(slot) = repeated_slot(&slots) {
-            return Err(BackendError::SlotState {
-                slot,
-                message: "the same slot twice in one prefill call".into(),
-            });
-        }
-        // every row checked (and its cached head restored) before any pass runs
-        let mut jobs = Vec::with_capacity(rows.len());
-        let mut stores = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (job, store) = self.prefill_job(r)?;
-            jobs.push(job);
-            stores.push(store);
-        }
+        let (jobs, stores) = self.prefill_jobs(rows)?;
         let tokens: Vec<usize> = jobs.iter().map(PrefillJob::tokens).collect();
         let limits = self.opts.limits;
         let groups = passes(
@@ -1075,12 +1104,7 @@ impl Backend for CudaBackend {
         for g in groups {
             let codes = self.prefill_pass(&jobs[g.clone()])?;
             for ((r, store), code) in rows[g.clone()].iter().zip(&stores[g]).zip(codes) {
-                if let Some(head) = store {
-                    self.prefix.store(&self.gpu, head, r.slot.0 as usize)?;
-                }
-                let st = self.slot(r.slot)?;
-                st.len += r.prompt.positions.len();
-                st.stage = Stage::Code0(code);
+                self.finish_prefill(r, *store, code)?;
                 out.push(code);
             }
         }

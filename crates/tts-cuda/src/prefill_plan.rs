@@ -108,8 +108,9 @@ pub type StepToken = (i32, i32, i32);
 /// step of other slots): the prompts' tokens as [`pass_plan`] lays them out (no padding),
 /// then each step row's token (codec id -1: its input is the frame's code embeddings),
 /// whose output row is its own token. Rows: the prompts' in order, then the step rows'.
-pub fn merged_plan(jobs: &[PrefillJob], steps: &[StepToken], pad_text: i32) -> PrefillPlan {
-    let mut plan = pass_plan(jobs, pad_text, None);
+pub fn merged_plan(jobs: &[PrefillJob], steps: &[StepToken]) -> PrefillPlan {
+    // unpadded: no pad text id is written
+    let mut plan = pass_plan(jobs, -1, None);
     for &(slot, position, text) in steps {
         plan.last.push(plan.text.len() as i32);
         plan.row_slots.push(slot);
@@ -173,11 +174,7 @@ mod tests {
 
     #[test]
     fn a_merged_pass_puts_each_step_row_after_the_prompts_as_its_own_row() {
-        let plan = merged_plan(
-            &[job(3, 0, 2), job(5, 9, 3)],
-            &[(1, 40, 77), (6, 12, 88)],
-            7,
-        );
+        let plan = merged_plan(&[job(3, 0, 2), job(5, 9, 3)], &[(1, 40, 77), (6, 12, 88)]);
         assert_eq!(plan.text, vec![300, 301, 500, 501, 502, 77, 88]);
         assert_eq!(plan.codec, vec![-1; 7]);
         assert_eq!(plan.slots, vec![3, 3, 5, 5, 5, 1, 6]);

@@ -8,8 +8,8 @@
 use tts_model::backend::{PrefillRow, StepRow};
 use tts_model::{Backend, BackendError};
 
-use super::{CudaBackend, Stage};
-use crate::prefill_plan::{merged_plan, repeated_slot, PrefillJob, StepToken};
+use super::CudaBackend;
+use crate::prefill_plan::{merged_plan, PrefillJob, StepToken};
 use crate::talker::{prefill_with_step, write_prefill_inputs};
 
 /// The two parts' results.
@@ -45,22 +45,12 @@ impl CudaBackend {
         step: &[StepRow],
     ) -> Result<Option<Parts>, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
-        let slots: Vec<u32> = prompts.iter().map(|r| r.slot.0).collect();
-        if repeated_slot(&slots).is_some() {
-            return Ok(None);
-        }
         let Ok(packed) = self.check_step(step) else {
             return Ok(None);
         };
-        let mut jobs = Vec::with_capacity(prompts.len());
-        let mut stores = Vec::with_capacity(prompts.len());
-        for r in prompts {
-            let Ok((job, store)) = self.prefill_job(r) else {
-                return Ok(None);
-            };
-            jobs.push(job);
-            stores.push(store);
-        }
+        let Ok((jobs, stores)) = self.prefill_jobs(prompts) else {
+            return Ok(None);
+        };
         let limits = self.opts.limits;
         let n = jobs.iter().map(PrefillJob::tokens).sum::<usize>() + step.len();
         let rows = prompts.len() + step.len();
@@ -71,7 +61,7 @@ impl CudaBackend {
             .iter()
             .map(|&(slot, position, text)| (slot.0 as i32, position, text))
             .collect();
-        let plan = merged_plan(&jobs, &tokens, self.info.tts_pad_token_id as i32);
+        let plan = merged_plan(&jobs, &tokens);
         write_prefill_inputs(&self.gpu, &mut self.ws, &plan)?;
         prefill_with_step(
             &self.gpu,
@@ -83,15 +73,9 @@ impl CudaBackend {
         )?;
         let codes = self.gpu.read(&self.ws.codes, rows)?;
         let (prefilled, stepped) = codes.split_at(prompts.len());
-        // the prompts' slots as `prefill` leaves them
         let mut out = Vec::with_capacity(prompts.len());
         for ((r, store), &code) in prompts.iter().zip(&stores).zip(prefilled) {
-            if let Some(head) = store {
-                self.prefix.store(&self.gpu, head, r.slot.0 as usize)?;
-            }
-            let st = self.slot(r.slot)?;
-            st.len += r.prompt.positions.len();
-            st.stage = Stage::Code0(code as u32);
+            self.finish_prefill(r, *store, code as u32)?;
             out.push(code as u32);
         }
         let stepped = self.finish_step(step, stepped);
