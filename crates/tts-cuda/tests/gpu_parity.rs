@@ -510,6 +510,18 @@ fn prefilled(
     slots
 }
 
+/// One talker-step row per slot, each fed the pad text token.
+fn pad_steps(gpu: &CudaBackend, slots: &[tts_model::SlotId]) -> Vec<StepRow> {
+    let pad = gpu.info().tts_pad_token_id;
+    slots
+        .iter()
+        .map(|&slot| StepRow {
+            slot,
+            text_token: pad,
+        })
+        .collect()
+}
+
 /// Two groups of requests half a frame apart: group A's code predictor runs beside group
 /// B's talker step and the other way round, `frames` times, through `predict_and_step`.
 /// Each group's frames.
@@ -522,22 +534,14 @@ fn half_a_frame_apart(
     let seeds: Vec<u64> = (20..).take(prompts.len()).collect();
     let slots = prefilled(gpu, model, prompts, &seeds);
     let (a, b) = slots.split_at(slots.len() / 2);
-    let pad = gpu.info().tts_pad_token_id;
-    let steps = |s: &[tts_model::SlotId]| -> Vec<StepRow> {
-        s.iter()
-            .map(|&slot| StepRow {
-                slot,
-                text_token: pad,
-            })
-            .collect()
-    };
+    let (steps_a, steps_b) = (pad_steps(gpu, a), pad_steps(gpu, b));
     let (mut fa, mut fb) = (Vec::new(), Vec::new());
     fb.extend(gpu.predict_codes(b).unwrap());
     for _ in 0..frames {
-        let (f, c) = gpu.predict_and_step(a, &steps(b));
+        let (f, c) = gpu.predict_and_step(a, &steps_b);
         fa.extend(f.unwrap());
         assert_eq!(c.unwrap().len(), b.len());
-        let (f, c) = gpu.predict_and_step(b, &steps(a));
+        let (f, c) = gpu.predict_and_step(b, &steps_a);
         fb.extend(f.unwrap());
         assert_eq!(c.unwrap().len(), a.len());
     }
@@ -1513,16 +1517,6 @@ fn merged_prefill_matches_prefill_then_step() {
     .map(|(t, v, m)| model.prompt(&request(t, Some(v), *m)).unwrap())
     .collect();
     let vocab = model.config.talker.vocab_size;
-    let pad = model.config.tts_pad_token_id;
-    let steps = |slots: &[tts_model::SlotId]| -> Vec<StepRow> {
-        slots
-            .iter()
-            .map(|&slot| StepRow {
-                slot,
-                text_token: pad,
-            })
-            .collect()
-    };
     let run = |gpu: &mut CudaBackend, merge: bool| {
         let mut slots = prefilled(gpu, &model, &prompts[..3], &[40, 41, 42]);
         let mut frames: Vec<[u32; 16]> = gpu.predict_codes(&slots).unwrap();
@@ -1531,22 +1525,21 @@ fn merged_prefill_matches_prefill_then_step() {
             slot: new,
             prompt: &prompts[3],
         }];
+        let steps = pad_steps(gpu, &slots);
         let (code0, codes) = if merge {
-            let (p, s) = gpu.prefill_and_step(&row, &steps(&slots));
+            let (p, s) = gpu.prefill_and_step(&row, &steps);
             (p.unwrap(), s.unwrap())
         } else {
-            (
-                gpu.prefill(&row).unwrap(),
-                gpu.talker_step(&steps(&slots)).unwrap(),
-            )
+            (gpu.prefill(&row).unwrap(), gpu.talker_step(&steps).unwrap())
         };
         // the step rows' logits: after the prompt's row in the merged call
         let skip = if merge { 1 } else { 0 };
         let logits = gpu.debug_logits(skip + slots.len(), vocab).unwrap()[skip * vocab..].to_vec();
         slots.push(new);
+        let steps = pad_steps(gpu, &slots);
         for _ in 0..3 {
             frames.extend(gpu.predict_codes(&slots).unwrap());
-            gpu.talker_step(&steps(&slots)).unwrap();
+            gpu.talker_step(&steps).unwrap();
         }
         frames.extend(gpu.predict_codes(&slots).unwrap());
         for s in slots {
@@ -1574,7 +1567,7 @@ fn merged_prefill_matches_prefill_then_step() {
             slot: slots[0],
             prompt: &prompts[0],
         }],
-        &steps(&slots[1..]),
+        &pad_steps(&merged, &slots[1..]),
     );
     assert!(p.is_err(), "{test}: a second prefill of one slot ran");
     assert_eq!(
