@@ -12,7 +12,8 @@ P=crates/tts-bench/prompts/en.txt
 OUT=$(dirname "$0")/sim.txt
 : > "$OUT"
 for variant in off 250 600; do
-    extra=""
+    # since the balanced profile merges by default (2026-12-03), `off` says so explicitly
+    extra="prefill_with_step=false"
     [ "$variant" != off ] && extra="merge_prefill_us=$variant"
     for rate in 10 40 60 80 100 110 120 130; do
         for seed in 1 2 3 4; do

@@ -72,9 +72,10 @@ pub struct Policy {
     /// together with a talker step of the other requests ready for one, and the other way
     /// round, as one talker pass: the prefill's fixed cost goes, and the new requests reach
     /// the code predictor with the stepped ones, so one code-predictor call serves both.
-    /// Off in every profile: the CUDA backend's merged pass (`--prefill-with-step true`)
-    /// has not run on a GPU yet; on the simulator it moved the knee from ~100 to
-    /// ~110-115 req/s (`bench/results/2026-12-03-sim-prefill-with-step`).
+    /// Balanced: on. On the H200 (CUDA merged pass, `bench/results/2026-12-03-h200-prefill-with-step`)
+    /// audible TTFA p95 at 110 / 120 req/s fell from 137.8 / 352.6 to 47.6 / 51.0 ms,
+    /// with 10, 40 and 100 req/s unchanged within 0.5 ms. Latency and throughput: off
+    /// (not measured with it).
     pub prefill_with_step: bool,
 }
 
@@ -180,6 +181,7 @@ impl Profile {
         Self::build("balanced", &[1, 2, 4, 8, 12], 40, 150, 16, Fill::Max, 16)
             .codec_frames(160)
             .codec_long_top_ups_from(64)
+            .prefill_with_step()
     }
 
     /// Larger chunks and full batches: the most audio per GPU second.
@@ -194,6 +196,11 @@ impl Profile {
 
     fn codec_long_top_ups_from(mut self, ready: usize) -> Self {
         self.policy.codec_long_top_ups_from = ready;
+        self
+    }
+
+    fn prefill_with_step(mut self) -> Self {
+        self.policy.prefill_with_step = true;
         self
     }
 
