@@ -1,13 +1,16 @@
 //! What a server's stages did between two `/metrics` snapshots (Prometheus text format):
-//! per stage the calls, mean rows per call, mean call duration and busy seconds, and the
-//! mean time from submission to first audio. An end-to-end sweep snapshots `/metrics` after
+//! per stage the calls, mean rows per call, mean call duration and busy seconds, the calls
+//! that served two stages at once (counted under both), and the mean time from submission
+//! to first audio. An end-to-end sweep snapshots `/metrics` after
 //! each rate (`bench/e2e-sweep.sh`); the difference of consecutive snapshots is that rate's
 //! window (warm-up, measured part and drain).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use tts_engine::metrics::{STAGE_BATCH_SIZE, STAGE_DURATION, TIME_TO_FIRST_AUDIO};
+use tts_engine::metrics::{
+    SHARED_CALL_DURATION, STAGE_BATCH_SIZE, STAGE_DURATION, TIME_TO_FIRST_AUDIO,
+};
 use tts_engine::scheduler::Stage;
 
 /// The stages in the order a frame passes them; stage labels the engine does not name
@@ -156,12 +159,23 @@ impl StageWork {
     }
 }
 
+/// Calls that served two stages at once (`tts_shared_call_duration_seconds`), by pair.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedCalls {
+    /// `first+second`, e.g. `prefill+talker_step`.
+    pub stages: String,
+    pub calls: f64,
+    pub busy_s: f64,
+}
+
 /// What happened between two snapshots.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Window {
     /// Requests that reached first audio, and their mean time to it (ms).
     pub first_audio: (f64, f64),
     pub stages: Vec<StageWork>,
+    /// Each such call is in both its stages' figures too.
+    pub shared: Vec<SharedCalls>,
 }
 
 impl Window {
@@ -194,15 +208,30 @@ impl Window {
                 }
             })
             .collect();
+        let shared = after
+            .label_values(&format!("{SHARED_CALL_DURATION}_count"), "stages")
+            .into_iter()
+            .map(|pair| {
+                let l = Some(("stages", pair.as_str()));
+                SharedCalls {
+                    calls: diff(&format!("{SHARED_CALL_DURATION}_count"), l),
+                    busy_s: diff(&format!("{SHARED_CALL_DURATION}_sum"), l),
+                    stages: pair,
+                }
+            })
+            .filter(|p| p.calls > 0.0)
+            .collect();
         Self {
             first_audio: (n, if n > 0.0 { 1000.0 * s / n } else { 0.0 }),
             stages,
+            shared,
         }
     }
 
-    /// GPU-busy seconds over every stage.
+    /// GPU-busy seconds over every stage, a call that served two stages once.
     pub fn busy_s(&self) -> f64 {
-        self.stages.iter().map(|s| s.busy_s).sum()
+        let stages: f64 = self.stages.iter().map(|s| s.busy_s).sum();
+        stages - self.shared.iter().map(|p| p.busy_s).sum::<f64>()
     }
 }
 
@@ -219,6 +248,13 @@ impl fmt::Display for Window {
                 s.mean_rows(),
                 s.ms_per_call(),
                 s.busy_s
+            )?;
+        }
+        for p in &self.shared {
+            write!(
+                f,
+                "; of these, {} {:.0} calls in both, {:.1} s",
+                p.stages, p.calls, p.busy_s
             )?;
         }
         write!(f, "; busy {:.1} s", self.busy_s())
@@ -251,6 +287,8 @@ tts_stage_batch_size_sum{stage="codec"} 200
 tts_stage_batch_size_sum{model="a b",stage="talker_step"} 4000
 tts_time_to_first_audio_seconds_sum 0.3
 tts_time_to_first_audio_seconds_count 20
+tts_shared_call_duration_seconds_sum{stages="prefill+talker_step"} 0.25
+tts_shared_call_duration_seconds_count{stages="prefill+talker_step"} 5
 "#;
 
     #[test]
@@ -270,13 +308,26 @@ tts_time_to_first_audio_seconds_count 20
         assert_eq!((talker.calls, talker.mean_rows()), (1000.0, 4.0));
         let codec = &w.stages[2];
         assert!((codec.busy_s - 4.0).abs() < 1e-9 && (codec.mean_rows() - 4.0).abs() < 1e-9);
-        assert!((w.busy_s() - 7.5).abs() < 1e-9);
+        assert_eq!(
+            w.shared,
+            [SharedCalls {
+                stages: "prefill+talker_step".into(),
+                calls: 5.0,
+                busy_s: 0.25
+            }]
+        );
+        assert!(
+            (w.busy_s() - 7.25).abs() < 1e-9,
+            "shared calls counted once"
+        );
         assert_eq!(
             w.to_string(),
             "server first PCM mean 20.00 ms (n=10); prefill 10 x 1.2 rows, 50.00 ms, 0.5 s; \
              talker_step 1000 x 4.0 rows, 3.00 ms, 3.0 s; codec 40 x 4.0 rows, 100.00 ms, \
-             4.0 s; busy 7.5 s"
+             4.0 s; of these, prefill+talker_step 5 calls in both, 0.2 s; busy 7.2 s"
         );
+        let plain = Window::between(&Snapshot::parse(BEFORE).unwrap(), &Snapshot::default());
+        assert!(plain.shared.is_empty());
     }
 
     #[test]

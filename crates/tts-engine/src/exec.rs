@@ -102,7 +102,8 @@ impl<C: Client> Core<C> {
     /// Runs two plans of other requests as one backend call: a code-predictor plan and a
     /// talker-step plan side by side on the device, or a prefill plan merged into a
     /// talker-step plan; each part's rows fail or advance on their own. Both stages'
-    /// duration metrics get the call's wall time. Returns the requests it failed.
+    /// duration metrics get the call's wall time, and the shared-call histogram gets it
+    /// once. Returns the requests it failed.
     pub(crate) fn execute_pair(&mut self, a: &Plan, b: &Plan) -> Vec<RequestId> {
         let (cp, st) = match (a.stage, b.stage) {
             (Stage::CodePredictor, Stage::TalkerStep) => (a, b),
@@ -134,7 +135,7 @@ impl<C: Client> Core<C> {
         let took = self.now().saturating_sub(t0);
         metrics::stage(Stage::CodePredictor, cp_idx.len(), took);
         metrics::stage(Stage::TalkerStep, st_idx.len(), took);
-        metrics::side_by_side();
+        metrics::shared_call(Stage::CodePredictor, Stage::TalkerStep, took);
         tracing::trace!(cp_rows = cp_idx.len(), step_rows = st_idx.len(), reason = ?a.reason, took = ?took, "side-by-side step");
         let mut failed = Vec::new();
         if let Err(e) = frames.and_then(|f| self.on_frames(&cp_idx, f)) {
@@ -172,6 +173,7 @@ impl<C: Client> Core<C> {
         let took = self.now().saturating_sub(t0);
         metrics::stage(Stage::Prefill, pf_idx.len(), took);
         metrics::stage(Stage::TalkerStep, st_idx.len(), took);
+        metrics::shared_call(Stage::Prefill, Stage::TalkerStep, took);
         tracing::trace!(prompts = pf_idx.len(), step_rows = st_idx.len(), reason = ?pf.reason, took = ?took, "merged step");
         let mut failed = Vec::new();
         let prefilled = codes0.and_then(|out| self.on_prefilled(&pf_idx, out));

@@ -19,6 +19,7 @@ pub const REQUESTS_COMPLETED: &str = "tts_requests_completed_total";
 pub const REQUESTS_CANCELLED: &str = "tts_requests_cancelled_total";
 pub const REQUESTS_FAILED: &str = "tts_requests_failed_total";
 pub const SIDE_BY_SIDE: &str = "tts_side_by_side_calls_total";
+pub const SHARED_CALL_DURATION: &str = "tts_shared_call_duration_seconds";
 
 /// Registers descriptions and units of the engine's metrics with the installed recorder.
 pub fn describe() {
@@ -73,6 +74,11 @@ pub fn describe() {
         Unit::Count,
         "Backend calls that ran a code-predictor batch and a talker step side by side (both stages' duration histograms count each such call's wall time)."
     );
+    describe_histogram!(
+        SHARED_CALL_DURATION,
+        Unit::Seconds,
+        "Duration of backend calls that served two stages at once, by `stages` (`code_predictor+talker_step` side by side, `prefill+talker_step` merged); both stages' duration histograms count each such call too, so busy time is their sum less this one's."
+    );
 }
 
 pub(crate) fn admitted(queue_wait: Duration) {
@@ -115,8 +121,14 @@ impl GaugeShare {
     }
 }
 
-pub(crate) fn side_by_side() {
-    metrics::counter!(SIDE_BY_SIDE).increment(1);
+/// One backend call that served `first` and `second` (each already recorded with
+/// `stage`, the call's wall time under both).
+pub(crate) fn shared_call(first: Stage, second: Stage, took: Duration) {
+    if (first, second) == (Stage::CodePredictor, Stage::TalkerStep) {
+        metrics::counter!(SIDE_BY_SIDE).increment(1);
+    }
+    let stages = format!("{}+{}", first.name(), second.name());
+    metrics::histogram!(SHARED_CALL_DURATION, "stages" => stages).record(took.as_secs_f64());
 }
 
 pub(crate) fn frames(n: usize) {

@@ -401,6 +401,54 @@ fn prefills_merged_into_talker_steps_lose_nothing() {
 }
 
 #[test]
+fn merged_calls_are_metered_once_as_shared() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use tts_engine::metrics::{SHARED_CALL_DURATION, STAGE_DURATION};
+    let reqs: Vec<SimRequest> = (0..32).map(|i| request(i * 5, 60, 700 + i)).collect();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let out = metrics::with_local_recorder(&recorder, || simulate(&merging(Vec::new()), &reqs));
+    let merged: Vec<Duration> = out
+        .steps
+        .iter()
+        .filter(|s| is_merged(s))
+        .map(|s| s.ended - s.started)
+        .collect();
+    assert!(!merged.is_empty(), "some prompts rode a talker step");
+    let mut shared = Vec::new();
+    let mut prefill_calls = 0;
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let DebugValue::Histogram(values) = value else {
+            continue;
+        };
+        let key = key.key();
+        let label = |k: &str| {
+            key.labels()
+                .find(|l| l.key() == k)
+                .map(|l| l.value().to_string())
+        };
+        if key.name() == SHARED_CALL_DURATION {
+            assert_eq!(label("stages").as_deref(), Some("prefill+talker_step"));
+            shared.extend(values.iter().map(|v| v.into_inner()));
+        } else if key.name() == STAGE_DURATION && label("stage").as_deref() == Some("prefill") {
+            prefill_calls += values.len();
+        }
+    }
+    assert_eq!(
+        shared.len(),
+        merged.len(),
+        "one shared sample per merged call"
+    );
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    let merged_s: Vec<f64> = merged.iter().map(Duration::as_secs_f64).collect();
+    assert!((sum(&shared) - sum(&merged_s)).abs() < 1e-9);
+    assert!(
+        prefill_calls >= shared.len(),
+        "merged calls count as prefill calls too"
+    );
+}
+
+#[test]
 fn a_failed_prompt_in_a_merged_call_fails_only_its_request() {
     // Requests 5 ms apart: the later ones arrive while 16 or more others are mid-reply.
     let reqs: Vec<SimRequest> = (0..40).map(|i| request(i * 5, 40, 800 + i)).collect();
