@@ -56,10 +56,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         small_rows: 8,
         codec_base: us(1_200),
         codec_per_frame: us(56),
-        // A guess (the server's metrics do not separate merged calls yet): with it the
-        // simulator gives p95 46 / 74 ms at 110 / 120 req/s (mean of 4 seeds; seed 1: 45 / 49)
-        // against 47.6 / 51.0 measured
-        // (bench/results/2026-12-03-h200-prefill-with-step).
+        // A guess (those runs' metrics did not separate merged calls): with it the
+        // simulator gives p95 41.6-42.8 / 45.4-47.4 / 47.7-48.4 / 48.9-181.6 ms at 100 / 110
+        // / 115 / 120 req/s (seeds 1-4) against 44.9 / 47.6-49.0 / 49.9 / 51.0-59.6
+        // measured with merging (bench/results/2026-12-03-h200-prefill-with-step).
         merged_prefill_per_prompt: Some(us(250)),
     };
     let mut spec = LoadSpec {
