@@ -72,10 +72,11 @@ pub struct Policy {
     /// together with a talker step of the other requests ready for one, and the other way
     /// round, as one talker pass: the prefill's fixed cost goes, and the new requests reach
     /// the code predictor with the stepped ones, so one code-predictor call serves both.
-    /// Balanced: on. On the H200 (CUDA merged pass, `bench/results/2026-12-03-h200-prefill-with-step`)
-    /// audible TTFA p95 at 110 / 120 req/s fell from 137.8 / 352.6 to 47.6 / 51.0 ms,
-    /// with 10, 40 and 100 req/s unchanged within 0.5 ms. Latency and throughput: off
-    /// (not measured with it).
+    /// Balanced: on. On the H200 (CUDA merged pass,
+    /// `bench/results/2026-12-03-h200-prefill-with-step`) audible TTFA p95 at 110 / 120
+    /// req/s fell from 137.8 / 352.6 to 47.6-49.0 / 51.0-59.6 ms (two leases), with 10, 40
+    /// and 100 req/s within 0.6 ms of before. Latency and throughput: off (not measured
+    /// with it).
     pub prefill_with_step: bool,
 }
 
