@@ -104,7 +104,7 @@ pub(crate) fn codec_rows<'a>(slots: &[SlotId], frames: &'a [[u32; 16]]) -> Vec<C
 }
 
 /// One talker-step row per slot, each fed the pad text token.
-pub(crate) fn pad_steps(b: &CudaBackend, slots: &[SlotId]) -> Vec<StepRow> {
+pub fn pad_steps(b: &CudaBackend, slots: &[SlotId]) -> Vec<StepRow> {
     let pad = b.info().tts_pad_token_id;
     slots
         .iter()

@@ -13,6 +13,7 @@ mod common;
 
 use std::path::Path;
 
+use tts_cuda::bench::pad_steps;
 use tts_cuda::codec::CodecPrecision;
 use tts_cuda::{CudaBackend, CudaError, CudaOptions};
 use tts_model::generate::synthesize;
@@ -508,18 +509,6 @@ fn prefilled(
         .collect();
     gpu.prefill(&rows).unwrap();
     slots
-}
-
-/// One talker-step row per slot, each fed the pad text token.
-fn pad_steps(gpu: &CudaBackend, slots: &[tts_model::SlotId]) -> Vec<StepRow> {
-    let pad = gpu.info().tts_pad_token_id;
-    slots
-        .iter()
-        .map(|&slot| StepRow {
-            slot,
-            text_token: pad,
-        })
-        .collect()
 }
 
 /// Two groups of requests half a frame apart: group A's code predictor runs beside group

@@ -133,9 +133,11 @@ impl<C: Client> Core<C> {
             ),
         };
         let took = self.now().saturating_sub(t0);
-        metrics::stage(Stage::CodePredictor, cp_idx.len(), took);
-        metrics::stage(Stage::TalkerStep, st_idx.len(), took);
-        metrics::shared_call(Stage::CodePredictor, Stage::TalkerStep, took);
+        metrics::shared_call(
+            (Stage::CodePredictor, cp_idx.len()),
+            (Stage::TalkerStep, st_idx.len()),
+            took,
+        );
         tracing::trace!(cp_rows = cp_idx.len(), step_rows = st_idx.len(), reason = ?a.reason, took = ?took, "side-by-side step");
         let mut failed = Vec::new();
         if let Err(e) = frames.and_then(|f| self.on_frames(&cp_idx, f)) {
@@ -171,9 +173,11 @@ impl<C: Client> Core<C> {
             ),
         };
         let took = self.now().saturating_sub(t0);
-        metrics::stage(Stage::Prefill, pf_idx.len(), took);
-        metrics::stage(Stage::TalkerStep, st_idx.len(), took);
-        metrics::shared_call(Stage::Prefill, Stage::TalkerStep, took);
+        metrics::shared_call(
+            (Stage::Prefill, pf_idx.len()),
+            (Stage::TalkerStep, st_idx.len()),
+            took,
+        );
         tracing::trace!(prompts = pf_idx.len(), step_rows = st_idx.len(), reason = ?pf.reason, took = ?took, "merged step");
         let mut failed = Vec::new();
         let prefilled = codes0.and_then(|out| self.on_prefilled(&pf_idx, out));

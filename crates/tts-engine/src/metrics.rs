@@ -121,9 +121,15 @@ impl GaugeShare {
     }
 }
 
-/// One backend call that served `first` and `second` (each already recorded with
-/// `stage`, the call's wall time under both).
-pub(crate) fn shared_call(first: Stage, second: Stage, took: Duration) {
+/// One backend call that served `first` (`first_rows` rows) and `second` (`second_rows`):
+/// its wall time under both stages, and once under the shared-call histogram.
+pub(crate) fn shared_call(
+    (first, first_rows): (Stage, usize),
+    (second, second_rows): (Stage, usize),
+    took: Duration,
+) {
+    stage(first, first_rows, took);
+    stage(second, second_rows, took);
     if (first, second) == (Stage::CodePredictor, Stage::TalkerStep) {
         metrics::counter!(SIDE_BY_SIDE).increment(1);
     }
