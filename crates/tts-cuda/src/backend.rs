@@ -138,6 +138,15 @@ pub struct CudaOptions {
     /// the PDL wait, so consecutive GEMVs of a batch-1 chain load their weights while the
     /// one before computes.
     pub staged_gemv: StagedGemv,
+    /// Code-predictor calls of at most this many rows (buckets) run their linear layers of
+    /// two rows and more on `mma_staged.cu` (`SmallCall::StagedMma`), when the code
+    /// predictor takes the staged GEMV (`staged_gemv`): weight tiles copied before the PDL
+    /// wait as for one row, tensor cores for the rows. 0: never (the default). Measured on
+    /// the H200 (`bench/results/2026-12-03-h200-staged-mma`): 6-26 % faster at 2-16 rows,
+    /// slower from 32; but inside the code-predictor stage of the 1.7B at 2 rows its codes
+    /// and logits differed from the other paths' (unexplained yet; each layer alone
+    /// matches the GEMV), so it stays off until that is found.
+    pub staged_mma_rows: usize,
     /// Compute the code predictor's first-layer QKV projection of every input row of
     /// steps 1..14 at load (`DevCodePredictor::qkv0`, 1.7B geometry: 470 MB) so the
     /// sampler writes a row's QKV and those steps skip that projection (on by default).
@@ -257,6 +266,7 @@ impl Default for CudaOptions {
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
             staged_gemv: StagedGemv::default(),
+            staged_mma_rows: 0,
             cp_qkv_table: true,
             l2_persist_cp: false,
         }
@@ -490,7 +500,7 @@ impl CudaBackend {
                 (
                     gpu.pdl,
                     opts.max_l1_rows.code_predictor,
-                    opts.staged_gemv.code_predictor,
+                    (opts.staged_gemv.code_predictor, opts.staged_mma_rows),
                 ),
                 &model.config,
                 opts.limits,
@@ -753,7 +763,7 @@ impl CudaBackend {
                 let mode = self.gpu.small_call_for(
                     b,
                     self.opts.max_l1_rows.talker,
-                    self.opts.staged_gemv.talker,
+                    (self.opts.staged_gemv.talker, 0),
                 );
                 self.gpu.with_small_call(mode, || {
                     step(
@@ -771,7 +781,10 @@ impl CudaBackend {
                 let mode = self.gpu.small_call_for(
                     b,
                     self.opts.max_l1_rows.code_predictor,
-                    self.opts.staged_gemv.code_predictor,
+                    (
+                        self.opts.staged_gemv.code_predictor,
+                        self.opts.staged_mma_rows,
+                    ),
                 );
                 self.gpu.with_small_call(mode, || {
                     crate::code_predictor::predict(

@@ -351,7 +351,9 @@ pub struct KernelTiming {
 /// launches cycling through enough weight copies to defeat the L2 cache. The bandwidth
 /// column counts the bytes of the weights the launch reads (1 per FP8 weight).
 pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
-    use crate::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
+    use crate::device::SmallCall;
+    use crate::linear::{linear, staged_mma_plan, Act, GemmScratch, Linear, LinearPath};
+    use crate::linear::{LinearPaths, Rows};
     let shapes: &[(&str, usize, usize)] = &[
         ("talker qkv", 4096, 2048),
         ("talker o", 2048, 2048),
@@ -427,6 +429,11 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("tile", 64, path(tile)),
             wide("wide", 64),
             wide("wide+norm", 32),
+            ("staged", 2, path(cublas)),
+            ("staged", 8, path(cublas)),
+            ("staged", 16, path(cublas)),
+            ("staged", 32, path(cublas)),
+            ("staged", 64, path(cublas)),
         ];
         // cuBLASLt tuned for this shape as the backend tunes it; the plain `cublas` rows
         // run with it off
@@ -438,9 +445,21 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             5,
         )?;
         for (label, m, paths) in cases {
-            if paths.choose(m, n, k) != paths.force.unwrap_or(LinearPath::Cublas) {
+            // the staged MMA (`SmallCall::StagedMma`) where its plan takes the shape
+            let staged = label.starts_with("staged");
+            let fits = if staged {
+                gpu.staged && staged_mma_plan(n, k, m, false, gpu.sm_count as usize).is_some()
+            } else {
+                paths.choose(m, n, k) == paths.force.unwrap_or(LinearPath::Cublas)
+            };
+            if !fits {
                 continue; // the path cannot take this shape here
             }
+            let mode = if staged {
+                SmallCall::StagedMma
+            } else {
+                SmallCall::Default
+            };
             if let Some(lt) = &gpu.lt {
                 lt.set_enabled(label != "cublas");
             }
@@ -455,16 +474,19 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             };
             let norm = label.ends_with("+norm").then_some((gain.ptr, 1e-6));
             let enqueue = |gpu: &crate::device::Gpu| -> Result<(), CudaError> {
-                for i in 0..launches {
-                    let l = &set[i % set.len()];
-                    let rows = Rows {
-                        ptr: x.ptr,
-                        ld: k,
-                        count: m,
-                    };
-                    linear(gpu, l, rows, norm, Act::None, None, y.ptr, n, scratch)?;
-                }
-                Ok(())
+                gpu.with_small_call(mode, || {
+                    for i in 0..launches {
+                        let l = &set[i % set.len()];
+                        let rows = Rows {
+                            ptr: x.ptr,
+                            ld: k,
+                            count: m,
+                        };
+                        let (act, res) = (Act::None, None);
+                        linear(gpu, l, rows, norm, act, res, y.ptr, n, scratch)?;
+                    }
+                    Ok(())
+                })
             };
             let g = crate::device::Graph::capture(gpu, enqueue)?;
             g.launch()?;

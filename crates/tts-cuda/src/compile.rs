@@ -18,6 +18,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("gemv_staged.cu", include_str!("../kernels/gemv_staged.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
+    // after mma.cu: its fragments
+    ("mma_staged.cu", include_str!("../kernels/mma_staged.cu")),
     ("wide.cu", include_str!("../kernels/wide.cu")),
     ("tile.cu", include_str!("../kernels/tile.cu")),
     ("mma_cluster.cu", include_str!("../kernels/mma_cluster.cu")),

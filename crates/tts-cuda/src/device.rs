@@ -38,6 +38,9 @@ pub const KERNELS: &[&str] = &[
     "mma_linear_t2",
     "mma_linear_t4",
     "mma_linear_t8",
+    "mma_staged_t1",
+    "mma_staged_t2",
+    "mma_staged_t4",
     "qk_norm_rope_kv",
     "qk_norm_rope_kv_f32",
     "decode_attention",
@@ -180,6 +183,10 @@ pub enum SmallCall {
     /// (carveout 100), so the tiles of consecutive GEMVs fit side by side. See
     /// `CudaOptions::staged_gemv`.
     Staged = 2,
+    /// `Staged`, and linear layers of two rows and more take `mma_staged.cu` (where the
+    /// shape fits): their weight tiles too are copied before the PDL wait. See
+    /// `CudaOptions::staged_mma_rows`.
+    StagedMma = 3,
 }
 
 impl SmallCall {
@@ -187,6 +194,7 @@ impl SmallCall {
         match v {
             1 => Self::MaxL1,
             2 => Self::Staged,
+            3 => Self::StagedMma,
             _ => Self::Default,
         }
     }
@@ -300,18 +308,26 @@ impl Gpu {
             };
             usable("wide linear kernels", wide_names.iter().try_for_each(setup))
         };
-        // gemv_staged.cu holds up to STAGED_MAX_SMEM bytes of weights per block
-        let staged = maj >= 9
-            && usable(
-                "staged GEMV",
-                funcs["gemv_staged_m1"]
-                    .0
-                    .set_attribute(
-                        dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        crate::linear::STAGED_MAX_SMEM as i32,
-                    )
-                    .map_err(CudaError::from),
-            );
+        // gemv_staged.cu holds up to STAGED_MAX_SMEM bytes of weights per block,
+        // mma_staged.cu up to STAGED_MMA_MAX_SMEM with its sums
+        let staged = maj >= 9 && {
+            let setup = |(k, bytes): (&'static str, usize)| -> Result<(), CudaError> {
+                funcs[k].0.set_attribute(
+                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )?;
+                Ok(())
+            };
+            let mma = crate::linear::STAGED_MMA_KERNELS
+                .iter()
+                .map(|&(k, _)| (k, crate::linear::STAGED_MMA_MAX_SMEM));
+            usable(
+                "staged GEMV and MMA",
+                std::iter::once(("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM))
+                    .chain(mma)
+                    .try_for_each(setup),
+            )
+        };
         tracing::info!(%name, %arch, clusters, tiles, wides, staged, "CUDA device ready");
         Ok(Self {
             ctx,
@@ -480,9 +496,17 @@ impl Gpu {
 
     /// The mode of a call of `rows` rows in a stage whose calls of at most `max_l1_rows`
     /// ask for the most L1 and whose one-row calls take the staged GEMV when `staged` (and
-    /// this device runs it; else they ask for the most L1 like the others).
-    pub fn small_call_for(&self, rows: usize, max_l1_rows: usize, staged: bool) -> SmallCall {
-        if staged && self.staged && rows == 1 {
+    /// this device runs it; else they ask for the most L1 like the others); with `staged`,
+    /// calls of at most `staged_mma_rows` rows also take the staged MMA.
+    pub fn small_call_for(
+        &self,
+        rows: usize,
+        max_l1_rows: usize,
+        (staged, staged_mma_rows): (bool, usize),
+    ) -> SmallCall {
+        if staged && self.staged && rows <= staged_mma_rows {
+            SmallCall::StagedMma
+        } else if staged && self.staged && rows == 1 {
             SmallCall::Staged
         } else if rows <= max_l1_rows {
             SmallCall::MaxL1
@@ -493,7 +517,13 @@ impl Gpu {
 
     /// Whether one-row GEMVs enqueued now take `gemv_staged.cu` (where the shape fits).
     pub fn staged_gemv(&self) -> bool {
-        self.staged && self.small_call() == SmallCall::Staged
+        self.staged && matches!(self.small_call(), SmallCall::Staged | SmallCall::StagedMma)
+    }
+
+    /// Whether linear layers of two rows and more enqueued now take `mma_staged.cu`
+    /// (where the shape fits).
+    pub fn staged_mma(&self) -> bool {
+        self.staged && self.small_call() == SmallCall::StagedMma
     }
 
     fn small_call(&self) -> SmallCall {
@@ -634,7 +664,7 @@ impl Gpu {
         // most shared memory
         let carveout = match self.small_call() {
             SmallCall::MaxL1 if smem == 0 && cluster.is_none() => Some(0),
-            SmallCall::Staged if cluster.is_none() => Some(100),
+            SmallCall::Staged | SmallCall::StagedMma if cluster.is_none() => Some(100),
             _ => None,
         };
         if let Some(carveout) = carveout {

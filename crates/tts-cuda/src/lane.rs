@@ -22,8 +22,9 @@ pub struct CpLane {
     graphs: HashMap<usize, Graph>,
     use_graphs: bool,
     /// Loops of at most this many rows ask for the most L1 (`CudaOptions::max_l1_rows`),
-    /// and whether one-row loops take the staged GEMV (`CudaOptions::staged_gemv`).
-    small: (usize, bool),
+    /// whether one-row loops take the staged GEMV (`CudaOptions::staged_gemv`) and up to
+    /// how many rows the staged MMA (`CudaOptions::staged_mma_rows`).
+    small: (usize, (bool, usize)),
 }
 
 impl CpLane {
@@ -32,7 +33,7 @@ impl CpLane {
     /// main workspace's do.
     pub fn new(
         ordinal: usize,
-        (pdl, max_l1_rows, staged): (bool, usize, bool),
+        (pdl, max_l1_rows, staged): (bool, usize, (bool, usize)),
         cfg: &ModelConfig,
         limits: Limits,
         paths: &LinearPaths,

@@ -163,8 +163,11 @@ impl GemmScratch {
     /// for a layer of `n` outputs) as split bf16 rows: `xb`, when `chain_attention` is on
     /// and that layer reads split rows. After enqueuing that writer, call
     /// [`GemmScratch::split_written`] with the same rows.
-    pub(crate) fn split_target(&self, rows: Rows, n: usize, k: usize) -> Option<u64> {
-        (self.paths.chain_attention && self.split_fits(rows, n, k)).then_some(self.xb.ptr)
+    pub(crate) fn split_target(&self, gpu: &Gpu, rows: Rows, n: usize, k: usize) -> Option<u64> {
+        // (the O projection, its reader, has no norm)
+        let reads_split =
+            staged_mma_call(gpu, rows, n, k, false).is_none() && self.split_fits(rows, n, k);
+        (self.paths.chain_attention && reads_split).then_some(self.xb.ptr)
     }
 
     /// Records that the kernel just enqueued wrote `rows` (width `k`, no norm) as split
@@ -257,7 +260,6 @@ pub fn linear_then(
     let bias = l.bias.as_ref().map_or(0, |b| b.ptr);
     let (res_p, ldr) = res.unwrap_or((0, 0));
     let (norm_p, eps) = norm.unwrap_or((0, 0.0));
-    let path = path_for(&scratch.paths, x, l.n, l.k);
     let call = RowCall {
         x,
         norm: (norm_p, eps),
@@ -266,6 +268,10 @@ pub fn linear_then(
         y,
         ldy,
     };
+    if let Some(plan) = staged_mma_call(gpu, x, l.n, l.k, norm_p != 0) {
+        return staged_mma(gpu, l, &call, plan);
+    }
+    let path = path_for(&scratch.paths, x, l.n, l.k);
     if path == LinearPath::Gemv {
         let codes = l.fp8.is_some() && scratch.paths.fp8_codes(m, l.n, l.k, norm_p != 0);
         return gemv(gpu, l, &call, codes, next.is_some());
@@ -619,6 +625,83 @@ pub fn staged_plan(n: usize, k: usize, sms: usize) -> Option<StagedPlan> {
     })
 }
 
+/// Bytes of shared memory a `mma_staged.cu` block may take: its weight tile and its sums,
+/// with two such blocks (consecutive launches) on one H200 multiprocessor (228 KiB, 1 KiB
+/// of each block's reserved by the system).
+pub const STAGED_MMA_MAX_SMEM: usize = 113 << 10;
+
+/// `mma_staged.cu`'s entry points: (name, row tiles of 8 per group of rows).
+pub const STAGED_MMA_KERNELS: [(&str, usize); 3] = [
+    ("mma_staged_t1", 1),
+    ("mma_staged_t2", 2),
+    ("mma_staged_t4", 4),
+];
+
+/// Most m16 row tiles a `mma_staged.cu` block owns (`MS_MAX_RT`).
+const STAGED_MMA_MAX_TILES: usize = 3;
+
+/// `mma_staged.cu`'s entry for `m` rows: (name, row tiles of 8 per group).
+fn staged_mma_kernel(m: usize) -> (&'static str, usize) {
+    match m {
+        0..=8 => STAGED_MMA_KERNELS[0],
+        9..=16 => STAGED_MMA_KERNELS[1],
+        _ => STAGED_MMA_KERNELS[2],
+    }
+}
+
+/// Bytes of shared memory a `mma_staged.cu` block of `rows_per_block` weight rows of width
+/// `k` takes with `mt` row tiles per group: the tile, the norm gains (`norm`), the 8 warps'
+/// partial sums of up to two row tiles of one m16 tile, one norm factor per group row.
+pub const fn staged_mma_smem(rows_per_block: usize, k: usize, mt: usize, norm: bool) -> usize {
+    let gains = if norm { k * 4 } else { 0 };
+    let rh = if mt < 2 { mt } else { 2 };
+    rows_per_block * k * 2 + gains + 8 * rh * 4 * 32 * 4 + 8 * mt * 4
+}
+
+/// How `mma_staged.cu` covers an `n × k` layer for `m` rows (`norm`: with the fused
+/// RMSNorm) on `sms` multiprocessors: at most one block each, of a multiple of 16 weight
+/// rows (at most 48); or None when the shape does not fit (`k` a multiple of 64, `n`
+/// even, shared memory within [`STAGED_MMA_MAX_SMEM`]).
+pub fn staged_mma_plan(n: usize, k: usize, m: usize, norm: bool, sms: usize) -> Option<StagedPlan> {
+    if n == 0 || k == 0 || m == 0 || !k.is_multiple_of(64) || !n.is_multiple_of(2) || sms == 0 {
+        return None;
+    }
+    let rows_per_block = 16 * n.div_ceil(16 * sms);
+    let smem = staged_mma_smem(rows_per_block, k, staged_mma_kernel(m).1, norm);
+    (rows_per_block <= 16 * STAGED_MMA_MAX_TILES && smem <= STAGED_MMA_MAX_SMEM).then(|| {
+        StagedPlan {
+            rows_per_block,
+            blocks: n.div_ceil(rows_per_block),
+            smem,
+        }
+    })
+}
+
+/// The staged MMA's plan for `x` over an `n × k` layer (`norm`: with the fused RMSNorm)
+/// when the call takes it: two rows or more, enqueued in `SmallCall::StagedMma`, rows
+/// that 16-byte loads can read, a shape that fits.
+fn staged_mma_call(gpu: &Gpu, x: Rows, n: usize, k: usize, norm: bool) -> Option<StagedPlan> {
+    let aligned = x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4);
+    (x.count >= 2 && aligned && gpu.staged_mma())
+        .then(|| staged_mma_plan(n, k, x.count, norm, gpu.sm_count as usize))
+        .flatten()
+}
+
+/// One launch of `mma_staged.cu`.
+fn staged_mma(gpu: &Gpu, l: &Linear, c: &RowCall, p: StagedPlan) -> Result<(), CudaError> {
+    let mut args = row_kernel_args(l, c).to_vec();
+    args.push(Arg::I(p.rows_per_block as i32));
+    gpu.launch_reading(
+        (l.w.ptr, l.bf16_bytes()),
+        staged_mma_kernel(c.x.count).0,
+        (p.blocks as u32, 1, 1),
+        256,
+        p.smem as u32,
+        None,
+        &args,
+    )
+}
+
 /// Which of a GEMV's four row templates (1, 2, 4, 8 rows: index 0..=3) takes `rows`
 /// (1..=8) rows: `gemv.cu`'s and `codec_gemv.cu`'s entry points alike.
 pub(crate) fn gemv_bucket(rows: usize) -> usize {
@@ -683,7 +766,49 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::{staged_plan, StagedPlan, STAGED_MAX_SMEM};
+    use super::{staged_mma_plan, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_MAX_SMEM};
+
+    /// On the H200's 132 multiprocessors the staged MMA takes every code-predictor matrix
+    /// of the 1.7B geometry at every row count (the widest, gate/up, with 48 rows a block
+    /// and the largest groups: two blocks still fit a multiprocessor), and no talker
+    /// matrix but the O projection.
+    #[test]
+    fn staged_mma_plan_covers_the_code_predictor() {
+        let sms = 132;
+        for m in [2, 8, 9, 16, 17, 128, 256] {
+            let p = staged_mma_plan(6144, 1024, m, true, sms).expect("gate/up");
+            assert_eq!(
+                (p.rows_per_block, p.blocks),
+                (48, 128),
+                "gate/up at {m} rows"
+            );
+            assert!(2 * (p.smem + 1024) <= 228 << 10, "{p:?}");
+            // (qkv and head with the norm, O and down without, as in the stack)
+            for (n, k, rows, norm) in [
+                (4096, 1024, 32, true),
+                (1024, 2048, 16, false),
+                (1024, 3072, 16, false),
+                (2048, 1024, 16, true),
+            ] {
+                let p = staged_mma_plan(n, k, m, norm, sms).unwrap_or_else(|| panic!("{n}x{k}"));
+                assert_eq!(p.rows_per_block, rows, "{n}x{k}");
+                assert!(p.blocks <= sms && p.blocks * rows >= n, "{n}x{k}: {p:?}");
+                assert!(p.smem <= STAGED_MMA_MAX_SMEM, "{n}x{k}: {p:?}");
+            }
+        }
+        assert!(
+            staged_mma_plan(2048, 2048, 16, false, sms).is_some(),
+            "talker O"
+        );
+        for (n, k) in [(4096, 2048), (12288, 2048), (2048, 6144), (3072, 2048)] {
+            let p = staged_mma_plan(n, k, 16, true, sms);
+            assert_eq!(p, None, "{n}x{k} should not fit");
+        }
+        // K not a multiple of 64, an odd N; down with a norm (its gains do not fit)
+        assert_eq!(staged_mma_plan(1024, 1000, 4, false, sms), None);
+        assert_eq!(staged_mma_plan(1023, 1024, 4, false, sms), None);
+        assert_eq!(staged_mma_plan(1024, 3072, 32, true, sms), None);
+    }
 
     /// On the H200's 132 multiprocessors the staged GEMV takes every code-predictor matrix
     /// of the 1.7B geometry, the talker's O projection and head, and none of the talker's

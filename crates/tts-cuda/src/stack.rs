@@ -110,7 +110,7 @@ pub fn run_layers(
         };
         let xb = ws
             .scratch
-            .split_target(a, layer.o.n, qd)
+            .split_target(gpu, a, layer.o.n, qd)
             .filter(|_| whole_rows);
         let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
         match mode {

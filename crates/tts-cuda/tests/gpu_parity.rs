@@ -1295,8 +1295,10 @@ fn qkv_table_matches_the_first_layers_projection() {
     let test = "qkv_table_matches_the_first_layers_projection";
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
+        // (the staged MMA off: two-row calls on the GEMV, the table's kernel)
         let opts = |cp_qkv_table| CudaOptions {
             cp_qkv_table,
+            staged_mma_rows: 0,
             ..options(false)
         };
         for rows in [1usize, 2] {
@@ -1317,6 +1319,36 @@ fn qkv_table_matches_the_first_layers_projection() {
     }
 }
 
+/// The GPU for a test of the staged kernels (`what`), or None (printing why) when there is
+/// none or it does not run them.
+fn open_staged_gpu(test: &str, what: &str) -> Option<tts_cuda::device::Gpu> {
+    let gpu = open_gpu(test)?;
+    if !gpu.staged {
+        eprintln!(
+            "{test}: {what} does not run on {}: nothing to compare",
+            gpu.arch
+        );
+        return None;
+    }
+    Some(gpu)
+}
+
+/// A random bf16 `n × k` layer with a bias, and random RMSNorm gains for its input.
+fn random_linear(
+    gpu: &tts_cuda::device::Gpu,
+    rnd: &mut impl FnMut() -> f32,
+    n: usize,
+    k: usize,
+) -> (tts_cuda::linear::Linear, tts_cuda::device::DBuf<f32>) {
+    let w: Vec<u16> = (0..n * k)
+        .map(|_| half::bf16::from_f32(rnd() * 0.05).to_bits())
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
+    let l = tts_cuda::linear::Linear::new(gpu, &w, n, k, Some(&bias)).unwrap();
+    let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
+    (l, gpu.upload(&g).unwrap())
+}
+
 /// The staged one-row GEMV (`gemv_staged.cu`: weights copied to shared memory before the
 /// PDL wait) gives the bits `gemv_m1` / `gemv_m1_pre` give, on the layer shapes it takes
 /// in the 1.7B geometry (code predictor, talker O projection and head) and on odd ones (a
@@ -1326,18 +1358,11 @@ fn qkv_table_matches_the_first_layers_projection() {
 #[test]
 fn staged_gemv_matches_the_gemv_bit_for_bit() {
     use tts_cuda::device::SmallCall;
-    use tts_cuda::linear::{linear_then, staged_plan, Act, GemmScratch, Linear, NextLinear, Rows};
+    use tts_cuda::linear::{linear_then, staged_plan, Act, GemmScratch, NextLinear, Rows};
     let test = "staged_gemv_matches_the_gemv_bit_for_bit";
-    let Some(mut gpu) = open_gpu(test) else {
+    let Some(mut gpu) = open_staged_gpu(test, "gemv_staged.cu") else {
         return;
     };
-    if !gpu.staged {
-        eprintln!(
-            "{test}: gemv_staged.cu does not run on {}: nothing to compare",
-            gpu.arch
-        );
-        return;
-    }
     let sms = gpu.sm_count as usize;
     let mut rnd = common::uniform(4242, -1.0, 1.0);
     let scratch = GemmScratch::new(&gpu, 4, 3072, 6144).unwrap();
@@ -1356,13 +1381,7 @@ fn staged_gemv_matches_the_gemv_bit_for_bit() {
             staged_plan(n, k, sms).is_some(),
             "{test}: {n}x{k} should fit the staged GEMV on {sms} multiprocessors"
         );
-        let w: Vec<u16> = (0..n * k)
-            .map(|_| half::bf16::from_f32(rnd() * 0.05).to_bits())
-            .collect();
-        let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
-        let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
-        let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
-        let gd = gpu.upload(&g).unwrap();
+        let (l, gd) = random_linear(&gpu, &mut rnd, n, k);
         let x: Vec<f32> = (0..k).map(|_| rnd()).collect();
         let xd = gpu.upload(&x).unwrap();
         let res: Vec<f32> = (0..n).map(|_| rnd()).collect();
@@ -1441,8 +1460,11 @@ fn staged_gemv_stages_match_the_gemv_stages() {
     let test = "staged_gemv_stages_match_the_gemv_stages";
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
+        // (the staged MMA off: it takes the 2-token linear layers of a one-row call's
+        // first step, and its sums differ from the GEMV's)
         let opts = |staged: &str| CudaOptions {
             staged_gemv: staged.parse().unwrap(),
+            staged_mma_rows: 0,
             ..options(false)
         };
         let Some(mut plain) = open_backend(&model, test, opts("0")) else {
@@ -1566,5 +1588,164 @@ fn merged_prefill_matches_prefill_then_step() {
     );
     for s in slots {
         merged.free_slot(s);
+    }
+}
+
+/// The staged MMA (`mma_staged.cu`, `SmallCall::StagedMma`) against one GEMV call per row
+/// (the one-row kernel, outside any staged mode): every code-predictor matrix of the 1.7B
+/// geometry plus a short last block (250 × 512) and a block of one m16 tile (64 × 1024), at
+/// row counts on both sides of each template's and group's edge, with and without the
+/// norm (where its gains fit: not on the down projection's K, which has none in the
+/// stack), every epilogue, bias and residual: within 1e-4 (relative to the largest
+/// output) of the GEMV; the first rows of a 2-row call equal (bit for bit) the same rows
+/// inside 17- and 93-row calls (other templates, several groups); with `mma_staged` left
+/// out the output stays untouched (the staged launch wrote it).
+#[test]
+fn staged_mma_matches_the_gemv() {
+    use tts_cuda::device::SmallCall;
+    use tts_cuda::linear::{linear, staged_mma_plan, Act, GemmScratch, Rows};
+    let test = "staged_mma_matches_the_gemv";
+    let Some(mut gpu) = open_staged_gpu(test, "mma_staged.cu") else {
+        return;
+    };
+    let sms = gpu.sm_count as usize;
+    let mut rnd = common::uniform(777, -1.0, 1.0);
+    let scratch = GemmScratch::new(&gpu, 256, 3072, 6144).unwrap();
+    for (n, k) in [
+        (4096, 1024),
+        (1024, 2048),
+        (6144, 1024),
+        (1024, 3072),
+        (2048, 1024),
+        (250, 512),
+        (64, 1024),
+    ] {
+        let (l, gd) = random_linear(&gpu, &mut rnd, n, k);
+        let max_m = 128;
+        let x: Vec<f32> = (0..max_m * k).map(|_| rnd()).collect();
+        let xd = gpu.upload(&x).unwrap();
+        let res: Vec<f32> = (0..max_m * n).map(|_| rnd()).collect();
+        // the gains of a fused norm take shared memory too: the widest K (down, which
+        // has no norm in the stack) fits without them only
+        let with_norm = staged_mma_plan(n, k, 128, true, sms).is_some();
+        for (act, norm) in [
+            (Act::None, true),
+            (Act::None, false),
+            (Act::Silu, true),
+            (Act::SwigluPairs, true),
+            (Act::SwigluPairs, false),
+        ] {
+            if norm && !with_norm {
+                continue;
+            }
+            let norm = norm.then_some((gd.ptr, 1e-6));
+            let out_n = if act == Act::SwigluPairs { n / 2 } else { n };
+            let what = format!("{n}x{k} act={act:?} norm {}", norm.is_some());
+            // rows 0..m through `linear` in `mode`, the residual added in place
+            let run = |gpu: &tts_cuda::device::Gpu, m: usize, mode: SmallCall| {
+                let y = gpu.upload(&res[..m * out_n]).unwrap();
+                let rows = Rows {
+                    ptr: xd.ptr,
+                    ld: k,
+                    count: m,
+                };
+                gpu.with_small_call(mode, || {
+                    let res = Some((y.ptr, out_n));
+                    linear(gpu, &l, rows, norm, act, res, y.ptr, out_n, &scratch)
+                })
+                .unwrap();
+                gpu.read(&y, m * out_n).unwrap()
+            };
+            // the reference: one GEMV call per row
+            let y = gpu.upload(&res[..max_m * out_n]).unwrap();
+            for r in 0..max_m {
+                let row = Rows {
+                    ptr: xd.at(r * k),
+                    ld: k,
+                    count: 1,
+                };
+                let yr = y.at(r * out_n);
+                linear(
+                    &gpu,
+                    &l,
+                    row,
+                    norm,
+                    act,
+                    Some((yr, out_n)),
+                    yr,
+                    out_n,
+                    &scratch,
+                )
+                .unwrap();
+            }
+            let reference = gpu.read(&y, max_m * out_n).unwrap();
+            let mut firsts: Vec<Vec<f32>> = Vec::new();
+            for m in [2usize, 5, 8, 9, 16, 17, 32, 33, 64, 93, 128] {
+                assert!(
+                    staged_mma_plan(n, k, m, norm.is_some(), sms).is_some(),
+                    "{what}: {m} rows should fit the staged MMA on {sms} multiprocessors"
+                );
+                let out = run(&gpu, m, SmallCall::StagedMma);
+                let err = rel_err(&out, &reference[..m * out_n]);
+                assert!(err < 1e-4, "{what} m={m}: staged MMA vs GEMV rel err {err}");
+                if [2, 17, 93].contains(&m) {
+                    firsts.push(out[..2 * out_n].to_vec());
+                }
+            }
+            for (i, f) in firsts.iter().enumerate().skip(1) {
+                assert!(
+                    f.iter()
+                        .zip(&firsts[0])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{what}: rows 0-1 differ between 2 rows and call {i} (17, 93 rows)"
+                );
+            }
+            gpu.without = vec!["mma_staged".into()];
+            let left_out = run(&gpu, 9, SmallCall::StagedMma);
+            gpu.without.clear();
+            assert_eq!(
+                left_out,
+                res[..9 * out_n].to_vec(),
+                "{what}: with mma_staged left out something else wrote the output"
+            );
+        }
+        eprintln!(
+            "{test}: {n}x{k} (norm: {with_norm}): staged MMA within 1e-4 of the GEMV, rows batch-independent"
+        );
+    }
+}
+
+/// Code-predictor calls of 2-8 rows with the staged MMA (`CudaOptions::staged_mma_rows`)
+/// give what they give without it: the same sampled codes for 4 frames of both models,
+/// last-head logits within 1e-4 (relative). Ignored while it fails: on the H200 the 1.7B
+/// at 2 rows gave last-head logits 108 % apart in frame 0 (2026-12-03,
+/// `bench/results/2026-12-03-h200-staged-mma`), which is why the staged MMA is off by
+/// default.
+#[test]
+#[ignore = "fails on the 1.7B at 2 rows (2026-12-03); the staged MMA is off by default"]
+fn staged_mma_stages_match_the_other_paths() {
+    let test = "staged_mma_stages_match_the_other_paths";
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let opts = |rows: usize| CudaOptions {
+            staged_mma_rows: rows,
+            ..options(false)
+        };
+        // (the tests' backends hold 8 slots)
+        for rows in [2usize, 5, 8] {
+            let Some(mut plain) = open_backend(&model, test, opts(0)) else {
+                return;
+            };
+            let prompts = many_prompts(&model, rows, 2, |i| {
+                format!("Staged rows {i}, a few more words.")
+            });
+            let seeds: Vec<u64> = (0..rows as u64).map(|s| 91 + s).collect();
+            let base = lock_step(&mut plain, &model, &prompts, &seeds, 4);
+            drop(plain);
+            let mut b = open_backend(&model, test, opts(16)).unwrap();
+            let run = lock_step(&mut b, &model, &prompts, &seeds, 4);
+            assert_same_run(&format!("{name}, {rows} rows"), &run, &base, 1e-4);
+            eprintln!("{test}: {name}, {rows} rows: 4 frames identical");
+        }
     }
 }

@@ -151,6 +151,12 @@ pub fn create_cuda(
             "QWEN3_TTS_STAGED_GEMV",
             tts_cuda::CudaOptions::default().staged_gemv,
         )?,
+        // code-predictor calls of at most N rows run their multi-row linear layers from
+        // weights staged in shared memory too (0: never)
+        staged_mma_rows: rows_knob(
+            "QWEN3_TTS_STAGED_MMA_ROWS",
+            tts_cuda::CudaOptions::default().staged_mma_rows,
+        )?,
         ..Default::default()
     };
     tts_cuda::CudaBackend::new(model, opts).context("starting the CUDA backend")
