@@ -19,7 +19,8 @@ use tts_cuda::{CudaBackend, CudaError, CudaOptions};
 use tts_model::generate::synthesize;
 use tts_model::reference::{CpuBackend, CpuModel};
 use tts_model::{
-    Backend, Fp8Scope, LoadOptions, Model, PrefillRow, SpeechRequest, StepRow, TextMode,
+    Backend, Fp8Scope, LoadOptions, Model, PrefillRow, SamplingParams, SpeechRequest, StepRow,
+    TextMode,
 };
 
 /// `fixtures/` of the repository (`$QWEN3_TTS_FIXTURES` when the binary runs elsewhere).
@@ -498,10 +499,31 @@ fn prefilled(
     prompts: &[tts_model::Prompt],
     seeds: &[u64],
 ) -> Vec<tts_model::SlotId> {
-    let slots: Vec<_> = seeds
-        .iter()
-        .map(|&s| gpu.alloc_slot(&model.default_sampling(s)).unwrap())
-        .collect();
+    prefilled_with(gpu, prompts, &sampled(model, seeds))
+}
+
+/// The checkpoint's sampling with each seed.
+fn sampled(model: &Model, seeds: &[u64]) -> Vec<SamplingParams> {
+    seeds.iter().map(|&s| model.default_sampling(s)).collect()
+}
+
+/// Greedy codes (talker and code predictor) for each seed's row.
+fn greedy(model: &Model, seeds: &[u64]) -> Vec<SamplingParams> {
+    let mut params = sampled(model, seeds);
+    for p in &mut params {
+        p.talker.do_sample = false;
+        p.code_predictor.do_sample = false;
+    }
+    params
+}
+
+/// As [`prefilled`], each slot with its `params`.
+fn prefilled_with(
+    gpu: &mut CudaBackend,
+    prompts: &[tts_model::Prompt],
+    params: &[SamplingParams],
+) -> Vec<tts_model::SlotId> {
+    let slots: Vec<_> = params.iter().map(|p| gpu.alloc_slot(p).unwrap()).collect();
     let rows: Vec<_> = slots
         .iter()
         .zip(prompts)
@@ -624,7 +646,8 @@ fn lock_step(
     seeds: &[u64],
     frames: usize,
 ) -> LockStep {
-    lock_step_in(gpu, model, prompts, seeds, frames, prompts.len(), false)
+    let params = sampled(model, seeds);
+    lock_step_in(gpu, model, prompts, &params, frames, prompts.len(), false)
 }
 
 /// As [`lock_step`], the prompts prefilled `prefill_rows` at a time, every stage call over
@@ -634,15 +657,15 @@ fn lock_step_in(
     gpu: &mut CudaBackend,
     model: &Model,
     prompts: &[tts_model::Prompt],
-    seeds: &[u64],
+    params: &[SamplingParams],
     frames: usize,
     prefill_rows: usize,
     reverse: bool,
 ) -> LockStep {
     let slots: Vec<_> = prompts
         .chunks(prefill_rows)
-        .zip(seeds.chunks(prefill_rows))
-        .flat_map(|(p, s)| prefilled(gpu, model, p, s))
+        .zip(params.chunks(prefill_rows))
+        .flat_map(|(p, s)| prefilled_with(gpu, p, s))
         .collect();
     let mut order: Vec<usize> = (0..slots.len()).collect();
     if reverse {
@@ -905,8 +928,9 @@ fn stage_calls_of_128_rows_keep_each_request_in_its_row() {
             format!("Row {i} of a full bucket, {} words long.", 5 + i % 7)
         });
         let seeds: Vec<u64> = (0..rows as u64).map(|i| 900 + i).collect();
-        let forward = lock_step_in(&mut gpu, &model, &prompts, &seeds, 2, 8, false);
-        let reverse = lock_step_in(&mut gpu, &model, &prompts, &seeds, 2, 8, true);
+        let params = sampled(&model, &seeds);
+        let forward = lock_step_in(&mut gpu, &model, &prompts, &params, 2, 8, false);
+        let reverse = lock_step_in(&mut gpu, &model, &prompts, &params, 2, 8, true);
         assert_same_run(
             &format!("{name}, 128 rows reversed"),
             &reverse,
@@ -1715,6 +1739,69 @@ fn staged_mma_matches_the_gemv() {
     }
 }
 
+/// The staged MMA reads rows of a stride wider than K and writes rows of a stride wider
+/// than N as the code predictor does (its input projection writes every other row of
+/// `cp_x`; the first head reads every other one): each written row within 1e-4 of the
+/// GEMV, the gaps between rows left as they were.
+#[test]
+fn staged_mma_reads_and_writes_strided_rows() {
+    use tts_cuda::device::SmallCall;
+    use tts_cuda::linear::{linear, staged_mma_plan, Act, GemmScratch, Rows};
+    let test = "staged_mma_reads_and_writes_strided_rows";
+    let Some(gpu) = open_staged_gpu(test, "mma_staged.cu") else {
+        return;
+    };
+    let mut rnd = common::uniform(31337, -1.0, 1.0);
+    let scratch = GemmScratch::new(&gpu, 16, 3072, 6144).unwrap();
+    for (n, k, norm) in [(1024, 2048, false), (2048, 1024, true), (4096, 1024, true)] {
+        let (l, gd) = random_linear(&gpu, &mut rnd, n, k);
+        let norm = norm.then_some((gd.ptr, 1e-6));
+        let (ldx, ldy) = (2 * k, 2 * n);
+        for m in [2usize, 3, 8] {
+            let x: Vec<f32> = (0..m * ldx).map(|_| rnd()).collect();
+            let xd = gpu.upload(&x).unwrap();
+            let before: Vec<f32> = (0..m * ldy).map(|_| rnd()).collect();
+            let run = |rows: &[(usize, usize)], mode: SmallCall| {
+                let y = gpu.upload(&before).unwrap();
+                for &(first, count) in rows {
+                    let x = Rows {
+                        ptr: xd.at(first * ldx),
+                        ld: ldx,
+                        count,
+                    };
+                    let yp = y.at(first * ldy);
+                    gpu.with_small_call(mode, || {
+                        linear(&gpu, &l, x, norm, Act::None, None, yp, ldy, &scratch)
+                    })
+                    .unwrap();
+                }
+                gpu.read(&y, m * ldy).unwrap()
+            };
+            let one_by_one: Vec<_> = (0..m).map(|r| (r, 1)).collect();
+            let reference = run(&one_by_one, SmallCall::Default);
+            let out = run(&[(0, m)], SmallCall::StagedMma);
+            let what = format!("{n}x{k} norm {} m={m}", norm.is_some());
+            let sms = gpu.sm_count as usize;
+            assert!(
+                staged_mma_plan(n, k, m, norm.is_some(), sms).is_some(),
+                "{what}: should take the staged MMA"
+            );
+            for r in 0..m {
+                let row = r * ldy..r * ldy + n;
+                let err = rel_err(&out[row.clone()], &reference[row]);
+                assert!(err < 1e-4, "{what}: row {r} rel err {err}");
+                let gap = r * ldy + n..(r + 1) * ldy;
+                assert_eq!(
+                    out[gap.clone()],
+                    before[gap],
+                    "{what}: row {r}'s gap was written"
+                );
+            }
+        }
+        eprintln!("{test}: {n}x{k}: strided rows within 1e-4 of the GEMV, gaps untouched");
+    }
+}
+
 /// Code-predictor calls of 2-8 rows with the staged MMA (`CudaOptions::staged_mma_rows`)
 /// give what they give without it: the same sampled codes for 4 frames of both models,
 /// last-head logits within 1e-4 (relative). Ignored while it fails: on the H200 the 1.7B
@@ -1746,6 +1833,71 @@ fn staged_mma_stages_match_the_other_paths() {
             let run = lock_step(&mut b, &model, &prompts, &seeds, 4);
             assert_same_run(&format!("{name}, {rows} rows"), &run, &base, 1e-4);
             eprintln!("{test}: {name}, {rows} rows: 4 frames identical");
+        }
+    }
+}
+
+/// Diagnostic (not a test of the suite): the staged MMA inside the code-predictor stage
+/// against the other paths at 2, 5 and 8 rows, with bf16 or f32 KV caches, sampled or
+/// greedy codes; prints each case's last-head logits error per frame and first differing
+/// (frame, code) per row.
+#[test]
+#[ignore = "diagnostic: run with --ignored --nocapture"]
+fn diagnose_staged_mma_in_the_stage() {
+    for name in ["random:1.7b", "random:0.6b"] {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let cases: &[(bool, bool)] = if name == "random:1.7b" {
+            &[(false, true), (true, false), (true, true)]
+        } else {
+            &[(true, true)]
+        };
+        for &(exact, greedy_codes) in cases {
+            let mut production: Vec<LockStep> = Vec::new();
+            for rows in [2usize, 5, 8] {
+                let prompts = many_prompts(&model, rows, 2, |i| {
+                    format!("Staged rows {i}, a few more words.")
+                });
+                let seeds: Vec<u64> = (0..rows as u64).map(|s| 91 + s).collect();
+                let params = if greedy_codes {
+                    greedy(&model, &seeds)
+                } else {
+                    sampled(&model, &seeds)
+                };
+                let opts = |r: usize| CudaOptions {
+                    staged_mma_rows: r,
+                    ..options(exact)
+                };
+                let mut runs = Vec::new();
+                for r in [0, 16] {
+                    let Some(mut b) = open_backend(&model, "diag", opts(r)) else {
+                        return;
+                    };
+                    runs.push(lock_step_in(
+                        &mut b, &model, &prompts, &params, 4, rows, false,
+                    ));
+                }
+                let ((fa, la), (fb, lb)) = (&runs[0], &runs[1]);
+                let errs: Vec<f32> = la.iter().zip(lb).map(|(a, b)| rel_err(a, b)).collect();
+                let mism: Vec<_> = fa
+                    .iter()
+                    .zip(fb)
+                    .filter_map(|(a, b)| first_mismatch(a, b))
+                    .collect();
+                eprintln!(
+                    "DIAG {name} rows {rows} exact {exact} greedy {greedy_codes}: errs {errs:?} mismatches {mism:?}"
+                );
+                production.push(runs.swap_remove(0));
+            }
+            // the served paths alone: the first two requests' codes in a batch of 2 against
+            // the same requests in a batch of 5 and 8 (GEMV rows against split rows)
+            for (rows, (f, _)) in [5, 8].iter().zip(&production[1..]) {
+                let mism: Vec<_> = (0..2)
+                    .filter_map(|r| first_mismatch(&production[0].0[r], &f[r]))
+                    .collect();
+                eprintln!(
+                    "DIAG {name} served paths, 2 rows vs the same 2 in {rows}: exact {exact} greedy {greedy_codes}: mismatches {mism:?}"
+                );
+            }
         }
     }
 }
