@@ -25,9 +25,8 @@
 // window (K % 64 == 0).
 //
 // The trigger follows the wait (gemv_staged.cu's early trigger measured 3-4 % slower
-// here). Off by default: each layer matches the GEMV, but inside the 1.7B's code-predictor
-// stage at 2 rows the codes differed (CudaOptions::staged_mma_rows,
-// bench/results/2026-12-03-h200-staged-mma).
+// here). Taken by code-predictor calls of up to CudaOptions::staged_mma_rows rows
+// (bench/results/2026-12-03-h200-staged-mma).
 
 #define MS_WARPS 8
 #define MS_MAX_RT 3

@@ -141,11 +141,10 @@ pub struct CudaOptions {
     /// Code-predictor calls of at most this many rows (buckets) run their linear layers of
     /// two rows and more on `mma_staged.cu` (`SmallCall::StagedMma`), when the code
     /// predictor takes the staged GEMV (`staged_gemv`): weight tiles copied before the PDL
-    /// wait as for one row, tensor cores for the rows. 0: never (the default). Measured on
+    /// wait as for one row, tensor cores for the rows. Default 16 (0: never). Measured on
     /// the H200 (`bench/results/2026-12-03-h200-staged-mma`): 6-26 % faster at 2-16 rows,
-    /// slower from 32; but inside the code-predictor stage of the 1.7B at 2 rows its codes
-    /// and logits differed from the other paths' (unexplained yet; each layer alone
-    /// matches the GEMV), so it stays off until that is found.
+    /// slower from 32. Its split bf16 rows are as exact as the other tensor-core paths'
+    /// (~1e-5 of a row's size; the GEMV it replaces at 2-4 rows is exact to f32).
     pub staged_mma_rows: usize,
     /// Compute the code predictor's first-layer QKV projection of every input row of
     /// steps 1..14 at load (`DevCodePredictor::qkv0`, 1.7B geometry: 470 MB) so the
@@ -266,7 +265,7 @@ impl Default for CudaOptions {
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
             staged_gemv: StagedGemv::default(),
-            staged_mma_rows: 0,
+            staged_mma_rows: 16,
             cp_qkv_table: true,
             l2_persist_cp: false,
         }
