@@ -1779,13 +1779,14 @@ fn staged_mma_reads_and_writes_strided_rows() {
 }
 
 /// Code-predictor calls of 2-8 rows with the staged MMA (`CudaOptions::staged_mma_rows`,
-/// the default) compute what the other paths compute (the GEMV at 2 rows, GEMV, cluster
-/// and `mma.cu` layers at 5 and 8): with f32 KV caches the same sampled codes for 4 frames
-/// and last-head logits within 1e-4 (relative; 6-9e-6 measured on the H200) but not the
-/// same bits on the 1.7B (the demo's layers are too narrow for the kernel). Its split bf16 rows carry ~1e-5 of the row's size where the GEMV is exact to
-/// f32; a bf16 cache rounds such a difference to a whole bf16 step now and then, and on
-/// random weights the sampled codes then part after a few frames, as between any two
-/// paths (`bench/results/2026-12-03-h200-staged-mma/diagnostic-2.txt`).
+/// the default) compute what the other paths compute (the GEMV at 2 rows, GEMV and
+/// cluster layers at 5 and 8): with f32 KV caches the same sampled codes for 4 frames and
+/// last-head logits within 1e-4 (relative; 6-9e-6 measured on the H200), but not the
+/// same bits on the 1.7B (the demo's layers are too narrow for the kernel). Its split
+/// bf16 rows carry ~1e-5 of a row's size where the GEMV is exact to f32; a bf16 cache
+/// rounds such a difference to a whole bf16 step now and then, and on random weights the
+/// sampled codes then part after a few frames, as between any two paths
+/// (`bench/results/2026-12-03-h200-staged-mma/diagnostic-2.txt`).
 #[test]
 fn staged_mma_stages_match_the_other_paths() {
     let test = "staged_mma_stages_match_the_other_paths";
