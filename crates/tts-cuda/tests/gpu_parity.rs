@@ -627,6 +627,21 @@ fn lock_step(
     lock_step_in(gpu, model, prompts, seeds, frames, prompts.len(), false)
 }
 
+/// [`lock_step`] on a backend of its own, opened with `opts` and dropped when it is done
+/// (so two such runs never hold two full-size models at once); None (printing why)
+/// without a GPU.
+fn lock_step_on(
+    model: &Model,
+    test: &str,
+    opts: CudaOptions,
+    prompts: &[tts_model::Prompt],
+    seeds: &[u64],
+    frames: usize,
+) -> Option<LockStep> {
+    let mut gpu = open_backend(model, test, opts)?;
+    Some(lock_step(&mut gpu, model, prompts, seeds, frames))
+}
+
 /// As [`lock_step`], the prompts prefilled `prefill_rows` at a time, every stage call over
 /// all the slots; with `reverse` each call lists them backwards. Frames and logits are in
 /// request order either way.
@@ -859,18 +874,17 @@ fn chained_split_rows_match_separate_conversion() {
     };
     for name in models {
         let model = Model::load(name, LoadOptions::default()).unwrap();
-        let Some(mut separate) = open_backend(&model, test, opts(false, false)) else {
-            return;
-        };
         let prompts = many_prompts(&model, rows, 3, |i| {
             format!("Request {i} of twenty, with words enough for a real prefill.")
         });
         let seeds: Vec<u64> = (0..rows as u64).map(|i| 40 + i).collect();
-        let base = lock_step(&mut separate, &model, &prompts, &seeds, 4);
-        drop(separate);
+        let separate = opts(false, false);
+        let Some(base) = lock_step_on(&model, test, separate, &prompts, &seeds, 4) else {
+            return;
+        };
         for (label, attention) in [("epilogues", false), ("epilogues and attention", true)] {
-            let mut chained = open_backend(&model, test, opts(true, attention)).unwrap();
-            let run = lock_step(&mut chained, &model, &prompts, &seeds, 4);
+            let chained = opts(true, attention);
+            let run = lock_step_on(&model, test, chained, &prompts, &seeds, 4).unwrap();
             assert_same_run(&format!("{name}, chained {label}"), &run, &base, 1e-6);
             eprintln!("{test}: {name}, {rows} rows, chained {label}: 4 frames identical");
         }
@@ -1302,17 +1316,14 @@ fn qkv_table_matches_the_first_layers_projection() {
             ..options(false)
         };
         for rows in [1usize, 2] {
-            let Some(mut computed) = open_backend(&model, test, opts(false)) else {
-                return;
-            };
             let prompts = many_prompts(&model, rows, 3, |i| {
                 format!("Table check {i}, a sentence of a few words.")
             });
             let seeds: Vec<u64> = (0..rows as u64).map(|i| 70 + i).collect();
-            let base = lock_step(&mut computed, &model, &prompts, &seeds, 4);
-            drop(computed);
-            let mut table = open_backend(&model, test, opts(true)).unwrap();
-            let run = lock_step(&mut table, &model, &prompts, &seeds, 4);
+            let Some(base) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 4) else {
+                return;
+            };
+            let run = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
             assert_same_run(&format!("{name}, {rows} rows, table"), &run, &base, 1e-6);
             eprintln!("{test}: {name}, {rows} rows: 4 frames identical with the table");
         }
@@ -1467,15 +1478,12 @@ fn staged_gemv_stages_match_the_gemv_stages() {
             staged_mma_rows: 0,
             ..options(false)
         };
-        let Some(mut plain) = open_backend(&model, test, opts("0")) else {
+        let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));
+        let Some(base) = lock_step_on(&model, test, opts("0"), &prompts, &[91], 4) else {
             return;
         };
-        let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));
-        let base = lock_step(&mut plain, &model, &prompts, &[91], 4);
-        drop(plain);
         for staged in ["cp", "1"] {
-            let mut b = open_backend(&model, test, opts(staged)).unwrap();
-            let run = lock_step(&mut b, &model, &prompts, &[91], 4);
+            let run = lock_step_on(&model, test, opts(staged), &prompts, &[91], 4).unwrap();
             assert_same_run(
                 &format!("{name}, staged {staged}"),
                 &run,
@@ -1798,17 +1806,14 @@ fn staged_mma_stages_match_the_other_paths() {
         };
         // (the tests' backends hold 8 slots)
         for rows in [2usize, 5, 8] {
-            let Some(mut plain) = open_backend(&model, test, opts(0)) else {
-                return;
-            };
             let prompts = many_prompts(&model, rows, 2, |i| {
                 format!("Staged rows {i}, a few more words.")
             });
             let seeds: Vec<u64> = (0..rows as u64).map(|s| 91 + s).collect();
-            let base = lock_step(&mut plain, &model, &prompts, &seeds, 4);
-            drop(plain);
-            let mut b = open_backend(&model, test, opts(16)).unwrap();
-            let run = lock_step(&mut b, &model, &prompts, &seeds, 4);
+            let Some(base) = lock_step_on(&model, test, opts(0), &prompts, &seeds, 4) else {
+                return;
+            };
+            let run = lock_step_on(&model, test, opts(16), &prompts, &seeds, 4).unwrap();
             assert_same_run(&format!("{name}, {rows} rows"), &run, &base, 1e-4);
             // the demo's layers (K = 32) are too narrow for it: both runs take the same paths
             if name != "demo" {
