@@ -194,6 +194,13 @@ pub struct Rows {
     pub count: usize,
 }
 
+impl Rows {
+    /// Whether every row starts on 16 bytes (f32 rows read by 16-byte loads).
+    fn quad_aligned(&self) -> bool {
+        self.ptr.is_multiple_of(16) && self.ld.is_multiple_of(4)
+    }
+}
+
 /// `y = epilogue(norm?(x) · Wᵀ)` for `x.count` rows; `res` (ptr, ld) is added last and may
 /// be `y` itself.
 #[allow(clippy::too_many_arguments)]
@@ -215,7 +222,7 @@ pub fn linear(
 fn path_for(paths: &LinearPaths, x: Rows, n: usize, k: usize) -> LinearPath {
     let path = paths.choose(x.count, n, k);
     let cluster_or_wide = matches!(path, LinearPath::Cluster | LinearPath::Wide);
-    if cluster_or_wide && !(x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4)) {
+    if cluster_or_wide && !x.quad_aligned() {
         // their row loads move 16-byte pieces
         return LinearPath::Cublas;
     }
@@ -681,8 +688,7 @@ pub fn staged_mma_plan(n: usize, k: usize, m: usize, norm: bool, sms: usize) -> 
 /// when the call takes it: two rows or more, enqueued in `SmallCall::StagedMma`, rows
 /// that 16-byte loads can read, a shape that fits.
 fn staged_mma_call(gpu: &Gpu, x: Rows, n: usize, k: usize, norm: bool) -> Option<StagedPlan> {
-    let aligned = x.ptr.is_multiple_of(16) && x.ld.is_multiple_of(4);
-    (x.count >= 2 && aligned && gpu.staged_mma())
+    (x.count >= 2 && x.quad_aligned() && gpu.staged_mma())
         .then(|| staged_mma_plan(n, k, x.count, norm, gpu.sm_count as usize))
         .flatten()
 }
