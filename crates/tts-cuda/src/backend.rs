@@ -70,7 +70,7 @@ pub struct CudaOptions {
     pub cluster_linear: bool,
     /// Let batched linear layers run on `tile.cu` (weights through a shared-memory
     /// pipeline, K split over a cluster's blocks; sm_90) where the routing picks it (the
-    /// static rule: the talker's gate_up at 9..=16 rows); off: as before.
+    /// static rule: the talker's gate_up at 3..=16 rows); off: as before.
     pub tile_linear: bool,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static

@@ -236,10 +236,11 @@ impl LinearPaths {
             return LinearPath::Cluster;
         }
         // tile.cu where the H200 kernel table has it fastest: the talker's gate_up (at
-        // least 16 Mi weights) at 9..=16 rows (22 µs against cuBLAS's 32); at more rows,
+        // least 16 Mi weights) at 3..=16 rows (start-up timings on the H200: 18.5 µs
+        // against the GEMV's 22.8 at 4 rows, 19.3 against mma.cu's 30.1 at 8, 21.0 against
+        // cuBLAS's 30.0 at 16; `bench/results/2026-12-03-h200-talker-tile`); at more rows,
         // and on every smaller matrix, cuBLAS or the cluster kernel stay ahead
-        // (`bench/results/2026-12-01-h200-tiles-f16`)
-        if (9..=16).contains(&m) && n * k >= 16 << 20 && self.fits(LinearPath::Tile, m, n, k) {
+        if (3..=16).contains(&m) && n * k >= 16 << 20 && self.fits(LinearPath::Tile, m, n, k) {
             return LinearPath::Tile;
         }
         let tc_ok = self.fits(LinearPath::TensorCores, m, n, k);
@@ -541,16 +542,18 @@ mod tests {
     }
 
     #[test]
-    fn tile_takes_the_talker_gate_up_at_9_to_16_rows_where_it_is_there() {
+    fn tile_takes_the_talker_gate_up_at_3_to_16_rows_where_it_is_there() {
         let p = LinearPaths {
             cluster: true,
             tile: true,
             ..Default::default()
         };
-        assert_eq!(p.choose(9, 12288, 2048), LinearPath::Tile);
-        assert_eq!(p.choose(16, 12288, 2048), LinearPath::Tile);
+        for m in [3, 4, 5, 8, 9, 16] {
+            assert_eq!(p.choose(m, 12288, 2048), LinearPath::Tile, "{m} rows");
+        }
         // other rows and smaller matrices: as before
-        assert_eq!(p.choose(8, 12288, 2048), LinearPath::TensorCores);
+        assert_eq!(p.choose(2, 12288, 2048), LinearPath::Gemv);
+        assert_eq!(p.choose(8, 4096, 2048), LinearPath::TensorCores);
         assert_eq!(p.choose(17, 12288, 2048), LinearPath::Cublas);
         assert_eq!(p.choose(16, 4096, 2048), LinearPath::TensorCores);
         assert_eq!(p.choose(16, 1024, 2048), LinearPath::Cluster);
