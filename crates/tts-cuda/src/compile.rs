@@ -64,43 +64,67 @@ pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
     Ok((a, b))
 }
 
-/// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90`).
-pub fn compile_cubin(src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
-    let csrc = CString::new(src).map_err(|e| CudaError::Compile(e.to_string()))?;
-    let prog = nvrtc::result::create_program(&csrc, None)
-        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
-    let opts = options(arch);
-    // SAFETY: `prog` is a live program; options are valid strings.
-    let r = unsafe { nvrtc::result::compile_program(prog, &opts) };
-    if let Err(err) = r {
+/// A compiled NVRTC program, destroyed when dropped.
+struct Program(nvrtc::sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: destroying the program `compile` created, once.
+        let _ = unsafe { nvrtc::result::destroy_program(self.0) };
+    }
+}
+
+impl Program {
+    /// NVRTC's log of the compilation (warnings, errors, ptxas' report when asked for).
+    fn log(&self) -> String {
         // SAFETY: reading the log of a live program.
-        let log = unsafe { nvrtc::result::get_program_log(prog) }.unwrap_or_default();
+        let log = unsafe { nvrtc::result::get_program_log(self.0) }.unwrap_or_default();
         let log: Vec<u8> = log
             .iter()
             .map(|&c| c as u8)
             .take_while(|&c| c != 0)
             .collect();
-        // SAFETY: destroying the program we created.
-        let _ = unsafe { nvrtc::result::destroy_program(prog) };
-        return Err(CudaError::Compile(format!(
-            "{err:?}\n{}",
-            String::from_utf8_lossy(&log)
-        )));
+        String::from_utf8_lossy(&log).into_owned()
     }
+}
+
+/// Compiles `src` with `opts`; a failure carries NVRTC's log.
+fn compile(src: &str, opts: &[String]) -> Result<Program, CudaError> {
+    let csrc = CString::new(src).map_err(|e| CudaError::Compile(e.to_string()))?;
+    let prog = Program(
+        nvrtc::result::create_program(&csrc, None)
+            .map_err(|e| CudaError::Compile(format!("{e:?}")))?,
+    );
+    // SAFETY: `prog` is a live program; options are valid strings.
+    let r = unsafe { nvrtc::result::compile_program(prog.0, opts) };
+    match r {
+        Ok(()) => Ok(prog),
+        Err(err) => Err(CudaError::Compile(format!("{err:?}\n{}", prog.log()))),
+    }
+}
+
+/// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90`).
+pub fn compile_cubin(src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+    let prog = compile(src, &options(arch))?;
     let mut size = 0usize;
     // SAFETY: querying the CUBIN size of a compiled program.
-    unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size) }
+    unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog.0, &mut size) }
         .result()
         .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
     let mut buf = vec![0u8; size];
     // SAFETY: `buf` has exactly the size NVRTC reported.
-    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) }
+    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog.0, buf.as_mut_ptr() as *mut c_char) }
         .result()
         .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
-    // SAFETY: destroying the program we created.
-    unsafe { nvrtc::result::destroy_program(prog) }
-        .map_err(|e| CudaError::Compile(format!("{e:?}")))?;
     Ok(buf)
+}
+
+/// Compiles `src` for `arch` with the module's options and ptxas' resource report
+/// (`-v`), and returns that report (see [`crate::resources`]).
+pub fn ptxas_report(src: &str, arch: &str) -> Result<String, CudaError> {
+    let mut opts = options(arch);
+    opts.push("--ptxas-options=-v".into());
+    Ok(compile(src, &opts)?.log())
 }
 
 fn cache_dir() -> PathBuf {

@@ -21,6 +21,7 @@ pub mod overlap;
 pub mod persistent;
 pub mod prefill_plan;
 pub mod prefix;
+pub mod resources;
 pub mod routing;
 pub mod stack;
 pub mod talker;
