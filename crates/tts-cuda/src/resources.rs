@@ -21,13 +21,14 @@ pub struct KernelResources {
     pub spill_loads: u32,
 }
 
-/// The number right before `unit` in `line` (`"... 62 registers ..."`, unit "registers").
-fn count_before(line: &str, unit: &str) -> Option<u32> {
-    let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
-    words
-        .windows(2)
-        .find(|w| w[1] == unit)
-        .and_then(|w| w[0].parse().ok())
+/// The number right before `phrase` in `line` (392 for "392 bytes spill stores").
+fn number_before(line: &str, phrase: &str) -> Option<u32> {
+    let at = line.find(phrase)?;
+    line[..at]
+        .split([' ', ','])
+        .rfind(|w| !w.is_empty())?
+        .parse()
+        .ok()
 }
 
 /// The text between the first pair of single quotes, or the last word.
@@ -58,22 +59,12 @@ pub fn parse_ptxas_report(report: &str) -> Vec<KernelResources> {
             });
         } else if let Some(f) = out.last_mut() {
             if line.contains("bytes stack frame") {
-                f.stack = count_before(line, "bytes").unwrap_or(0);
-                f.spill_stores =
-                    count_before(line.split("stack frame").nth(1).unwrap_or(""), "bytes")
-                        .unwrap_or(0);
-                f.spill_loads = line
-                    .rsplit("spill stores")
-                    .next()
-                    .and_then(|rest| count_before(rest, "bytes"))
-                    .unwrap_or(0);
+                f.stack = number_before(line, "bytes stack frame").unwrap_or(0);
+                f.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+                f.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
             } else if line.contains("registers") {
-                f.registers = count_before(line, "registers").unwrap_or(0);
-                f.smem = line
-                    .rsplit(',')
-                    .find(|part| part.trim_end().ends_with("bytes smem"))
-                    .and_then(|part| count_before(part, "bytes"))
-                    .unwrap_or(0);
+                f.registers = number_before(line, "registers").unwrap_or(0);
+                f.smem = number_before(line, "bytes smem").unwrap_or(0);
             }
         }
     }
