@@ -66,6 +66,73 @@ __device__ __forceinline__ void tile_load(unsigned buf, const bf16* W, int K, in
 }
 #endif
 
+#if __CUDA_ARCH__ >= 900
+// The first TILE_STAGES - 1 stages of a block's pipeline: their weights before the PDL
+// wait, their rows after it (one commit group per stage after the weights' group).
+// Shared by tile.cu and tile_wg.cu.
+template <int MT>
+__device__ __forceinline__ void tile_prologue(unsigned base, const bf16* W, int K, int n0,
+                                              int k0, int tiles, const bf16* xb, int M) {
+    constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
+#pragma unroll
+    for (int t = 0; t < TILE_STAGES - 1; t++)
+        if (t < tiles)
+            tile_load<MT>(base + t * STAGE, W, K, n0, k0 + t * TILE_K, xb, M, true, false);
+    cp_async_commit();
+    pdl_wait();
+#pragma unroll
+    for (int t = 0; t < TILE_STAGES - 1; t++) {
+        if (t < tiles)
+            tile_load<MT>(base + t * STAGE, W, K, n0, k0 + t * TILE_K, xb, M, false, true);
+        cp_async_commit();
+    }
+}
+
+// The block's partial tile is in shared memory (out[n][m], stride 8 MT + 1, at the start of
+// the dynamic shared memory): block s of the cluster finishes the outputs e = m · 128 + n
+// with e / 256 ≡ s (mod S), each summed over the S partial tiles in rank order, and runs
+// the epilogue.
+template <int MT>
+__device__ __forceinline__ void tile_reduce_store(int s, int S, int M, int n0, int act,
+                                                  const float* __restrict__ bias,
+                                                  const float* res, int ldr, float* Y, int ldy) {
+    extern __shared__ __align__(128) unsigned char tile_smem[];
+    float* out = (float*)tile_smem;
+    constexpr int LD = 8 * MT + 1;
+    if (S > 1) cluster_sync_all();
+    const int rows = M < 8 * MT ? M : 8 * MT;
+    const unsigned obase = smem_addr(out);
+    for (int e0 = s * TILE_THREADS; e0 < TILE_N * rows; e0 += S * TILE_THREADS) {
+        const int e = e0 + threadIdx.x;
+        const int m = e / TILE_N, n = e - m * TILE_N;
+        const bool mine = m < rows && !(act == 2 && (n & 1));  // odd n: the up row of a pair
+        if (mine) {
+            // every rank's value loaded first (the loads overlap), then summed in rank order
+            float pv[TILE_MAX_SPLITS], pu[TILE_MAX_SPLITS];
+            const unsigned a = obase + (unsigned)(n * LD + m) * 4;
+#pragma unroll
+            for (int p = 0; p < TILE_MAX_SPLITS; p++) {
+                if (p < S) {
+                    pv[p] = S > 1 ? ld_cluster_rank(a, p) : out[n * LD + m];
+                    pu[p] = act != 2 ? 0.f : S > 1 ? ld_cluster_rank(a + LD * 4, p) : out[(n + 1) * LD + m];
+                }
+            }
+            float v = 0.f, up = 0.f;
+#pragma unroll
+            for (int p = 0; p < TILE_MAX_SPLITS; p++) {
+                if (p < S) {
+                    v += pv[p];
+                    up += pu[p];
+                }
+            }
+            linear_store(v, up, n0 + n, m, act, bias, res, ldr, Y, ldy);
+        }
+    }
+    // every block's partial tile stays until the whole cluster has read it
+    if (S > 1) cluster_sync_all();
+}
+#endif
+
 template <int MT>
 __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int N, int K,
                                                  const bf16* __restrict__ xb, int M,
@@ -82,19 +149,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
     const int n0 = blockIdx.y * TILE_N;
     const int kb = K / S, k0 = s * kb, tiles = kb / TILE_K;
 
-    // the weights of the first stages before the wait, their rows after it
-#pragma unroll
-    for (int t = 0; t < TILE_STAGES - 1; t++)
-        if (t < tiles)
-            tile_load<MT>(base + t * STAGE, W, K, n0, k0 + t * TILE_K, xb, M, true, false);
-    cp_async_commit();
-    pdl_wait();
-#pragma unroll
-    for (int t = 0; t < TILE_STAGES - 1; t++) {
-        if (t < tiles)
-            tile_load<MT>(base + t * STAGE, W, K, n0, k0 + t * TILE_K, xb, M, false, true);
-        cp_async_commit();
-    }
+    tile_prologue<MT>(base, W, K, n0, k0, tiles, xb, M);
 
     float acc[2][MT][4];
 #pragma unroll
@@ -165,39 +220,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
         }
         __syncthreads();
     }
-    // Block s of the cluster finishes the outputs e = m · 128 + n with e / 256 ≡ s (mod S),
-    // each summed over the S partial tiles in rank order.
-    if (S > 1) cluster_sync_all();
-    const int rows = M < 8 * MT ? M : 8 * MT;
-    const unsigned obase = smem_addr(out);
-    for (int e0 = s * TILE_THREADS; e0 < TILE_N * rows; e0 += S * TILE_THREADS) {
-        const int e = e0 + threadIdx.x;
-        const int m = e / TILE_N, n = e - m * TILE_N;
-        const bool mine = m < rows && !(act == 2 && (n & 1));  // odd n: the up row of a pair
-        if (mine) {
-            // every rank's value loaded first (the loads overlap), then summed in rank order
-            float pv[TILE_MAX_SPLITS], pu[TILE_MAX_SPLITS];
-            const unsigned a = obase + (unsigned)(n * LD + m) * 4;
-#pragma unroll
-            for (int p = 0; p < TILE_MAX_SPLITS; p++) {
-                if (p < S) {
-                    pv[p] = S > 1 ? ld_cluster_rank(a, p) : out[n * LD + m];
-                    pu[p] = act != 2 ? 0.f : S > 1 ? ld_cluster_rank(a + LD * 4, p) : out[(n + 1) * LD + m];
-                }
-            }
-            float v = 0.f, up = 0.f;
-#pragma unroll
-            for (int p = 0; p < TILE_MAX_SPLITS; p++) {
-                if (p < S) {
-                    v += pv[p];
-                    up += pu[p];
-                }
-            }
-            linear_store(v, up, n0 + n, m, act, bias, res, ldr, Y, ldy);
-        }
-    }
-    // every block's partial tile stays until the whole cluster has read it
-    if (S > 1) cluster_sync_all();
+    tile_reduce_store<MT>(s, S, M, n0, act, bias, res, ldr, Y, ldy);
 #endif
 }
 

@@ -72,6 +72,9 @@ pub struct CudaOptions {
     /// pipeline, K split over a cluster's blocks; sm_90) where the routing picks it (the
     /// static rule: the talker's gate_up at 3..=16 rows); off: as before.
     pub tile_linear: bool,
+    /// Let that path multiply with Hopper's warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
+    /// `tile.cu`'s warp-level MMA, where the device has it; off: `tile.cu`.
+    pub tile_wgmma: bool,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static
     /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
@@ -250,6 +253,7 @@ impl Default for CudaOptions {
             lt_linear: false,
             cluster_linear: true,
             tile_linear: true,
+            tile_wgmma: true,
             wide_linear: false,
             chain_split: true,
             chain_attention: true,
@@ -396,6 +400,7 @@ impl CudaBackend {
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
         ws.scratch.paths.cluster &= opts.cluster_linear;
         ws.scratch.paths.tile &= opts.tile_linear;
+        ws.scratch.paths.tile_wg &= opts.tile_wgmma;
         ws.scratch.paths.wide &= opts.wide_linear;
         ws.scratch.paths.chain_split &= opts.chain_split;
         ws.scratch.paths.chain_attention = opts.chain_attention;

@@ -22,6 +22,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("mma_staged.cu", include_str!("../kernels/mma_staged.cu")),
     ("wide.cu", include_str!("../kernels/wide.cu")),
     ("tile.cu", include_str!("../kernels/tile.cu")),
+    // after tile.cu: its loads, pipeline prologue and cluster reduction
+    ("tile_wg.cu", include_str!("../kernels/tile_wg.cu")),
     ("mma_cluster.cu", include_str!("../kernels/mma_cluster.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("embed.cu", include_str!("../kernels/embed.cu")),
@@ -52,6 +54,17 @@ fn options(arch: &str) -> Vec<String> {
         "--std=c++17".into(),
         "-lineinfo".into(),
     ]
+}
+
+/// The NVRTC target for a device of compute capability `maj.min`: `sm_90a` on Hopper (its
+/// architecture-specific features, the warpgroup MMA of `tile_wg.cu`, need it; the CUBIN
+/// then runs on 9.0 devices only, which is what it is built for), else `sm_{maj}{min}`.
+pub fn arch_name(maj: i32, min: i32) -> String {
+    if (maj, min) == (9, 0) {
+        "sm_90a".into()
+    } else {
+        format!("sm_{maj}{min}")
+    }
 }
 
 /// NVRTC's version, e.g. (13, 0).

@@ -149,6 +149,8 @@ pub struct Gpu {
     pub clusters: bool,
     /// `tile.cu`'s linear kernels run here, with their shared memory (sm_90 and newer).
     pub tiles: bool,
+    /// `tile_wg.cu`'s warpgroup-MMA variants of them run here (an sm_90a module).
+    pub tile_wg: bool,
     /// `wide.cu`'s linear kernels run here, with their shared memory and clusters (sm_90
     /// and newer).
     pub wides: bool,
@@ -225,17 +227,19 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         let (maj, min) = ctx.compute_capability()?;
-        let arch = format!("sm_{maj}{min}");
+        let arch = compile::arch_name(maj, min);
         let name = ctx.name()?;
         let cubin = compile::module_cubin(&arch)?;
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
         let tile_names = crate::linear::TILE_KERNELS.map(|(k, _)| k);
+        let tile_wg_names = crate::linear::TILE_WG_KERNELS.map(|(k, _)| k);
         let wide_names = crate::linear::WIDE_KERNELS.map(|(k, _)| k);
         for &k in KERNELS
             .iter()
             .chain(CLUSTER_KERNELS)
             .chain(&tile_names)
+            .chain(&tile_wg_names)
             .chain(&wide_names)
         {
             funcs.insert(k, (module.load_function(k)?, true));
@@ -297,6 +301,20 @@ impl Gpu {
                 crate::linear::TILE_KERNELS.iter().try_for_each(setup),
             )
         };
+        // tile_wg.cu: the same, with 1 KiB more; its warpgroup MMA only in an sm_90a module
+        let tile_wg = tiles && arch == "sm_90a" && {
+            let setup = |&(k, mt): &(&'static str, usize)| -> Result<(), CudaError> {
+                funcs[k].0.set_attribute(
+                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    crate::linear::tile_wg_smem(mt) as i32,
+                )?;
+                Ok(())
+            };
+            usable(
+                "warpgroup tile linear kernels",
+                crate::linear::TILE_WG_KERNELS.iter().try_for_each(setup),
+            )
+        };
         // wide.cu stages its rows in up to WIDE_SMEM bytes of shared memory
         let wides = maj >= 9 && {
             let setup = |k: &&'static str| -> Result<(), CudaError> {
@@ -328,7 +346,7 @@ impl Gpu {
                     .try_for_each(setup),
             )
         };
-        tracing::info!(%name, %arch, clusters, tiles, wides, staged, "CUDA device ready");
+        tracing::info!(%name, %arch, clusters, tiles, tile_wg, wides, staged, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
@@ -343,6 +361,7 @@ impl Gpu {
             sm_count,
             clusters,
             tiles,
+            tile_wg,
             wides,
             without: Vec::new(),
             staged,

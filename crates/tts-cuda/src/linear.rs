@@ -150,6 +150,7 @@ impl GemmScratch {
             paths: LinearPaths {
                 cluster: gpu.clusters,
                 tile: gpu.tiles,
+                tile_wg: gpu.tile_wg,
                 wide: gpu.wides,
                 chain_split: true,
                 chain_attention: true,
@@ -315,7 +316,7 @@ pub fn linear_then(
         )?;
     }
     if path == LinearPath::Tile {
-        return tile(gpu, l, &call, scratch.xb.ptr);
+        return tile(gpu, l, &call, scratch.xb.ptr, scratch.paths.tile_wg);
     }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
@@ -400,20 +401,38 @@ pub const TILE_KERNELS: [(&str, usize); 3] = [
     ("tile_linear_t8", 8),
 ];
 
-/// One launch of `tile.cu` for up to 64 rows whose bf16 hi + lo parts are at `xb`: a
-/// cluster of `tile_split` blocks per 128 outputs.
-fn tile(gpu: &Gpu, l: &Linear, c: &RowCall, xb: u64) -> Result<(), CudaError> {
+/// `tile_wg.cu`'s entry points by rows (the same row tiles as [`TILE_KERNELS`]).
+pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
+    ("tile_wg_linear_t2", 2),
+    ("tile_wg_linear_t4", 4),
+    ("tile_wg_linear_t8", 8),
+];
+
+/// Bytes of dynamic shared memory a `tile_wg.cu` block takes: `tile.cu`'s pipeline, up to
+/// 1024 bytes to start its tiles on a 1024-byte boundary, and its inbox of partial sums
+/// (`[sender][local row][129]` f32; senders × local rows <= 8 `mt` + 14 for up to 8 senders).
+pub const fn tile_wg_smem(mt: usize) -> usize {
+    tile_smem(mt) + 1024 + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
+}
+
+/// Blocks per cluster `tile.cu` and `tile_wg.cu` take at most (`TILE_MAX_SPLITS`).
+const TILE_MAX_SPLITS: usize = 8;
+
+/// One launch of `tile.cu` (or, with `wg`, `tile_wg.cu`) for up to 64 rows whose bf16 hi +
+/// lo parts are at `xb`: a cluster of `tile_split` blocks per 128 outputs.
+fn tile(gpu: &Gpu, l: &Linear, c: &RowCall, xb: u64, wg: bool) -> Result<(), CudaError> {
     let m = c.x.count;
     let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
+    let entries = if wg { TILE_WG_KERNELS } else { TILE_KERNELS };
     let (name, mt) = match m {
-        0..=16 => TILE_KERNELS[0],
-        17..=32 => TILE_KERNELS[1],
-        _ => TILE_KERNELS[2],
+        0..=16 => entries[0],
+        17..=32 => entries[1],
+        _ => entries[2],
     };
     let args = split_rows_args(l, xb, c);
     let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
-    let smem = tile_smem(mt) as u32;
+    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) } as u32;
     if splits == 1 {
         gpu.launch_with(name, grid, 256, smem, &args)
     } else {

@@ -1025,7 +1025,7 @@ fn cublaslt_gemms_match_cublas_gemm_ex() {
 /// RMSNorm prologue and every epilogue, to f32-level accuracy; the cluster kernel on every
 /// K split it takes (slices of 128, 192 and 256 in clusters of 4, 8 and 16); `tile.cu` on
 /// 1 to 8 K splits, blocks of 2 to 6 K tiles, and a row's result the same bits
-/// whatever the batch.
+/// whatever the batch; the same for `tile_wg.cu` (warpgroup MMA) where the device has it.
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
@@ -1036,15 +1036,23 @@ fn tensor_core_linear_matches_the_gemv() {
         eprintln!("tensor_core_linear_matches_the_gemv: no thread-block clusters on {}: cluster cases not run", gpu.arch);
     }
     let mut rnd = common::uniform(12345, -1.0, 1.0);
-    let scratch_for = |p: LinearPath, n: usize, k: usize| {
+    // `wg`: the tile path on tile_wg.cu
+    let scratch_for = |p: LinearPath, wg: bool, n: usize, k: usize| {
         let mut s = GemmScratch::new(&gpu, 256, k, n).unwrap();
         s.paths = LinearPaths::forced(p, gpu.clusters, gpu.tiles)
             .with_wide(p == LinearPath::Wide && gpu.wides);
+        s.paths.tile_wg = wg;
         s
     };
     if !gpu.tiles {
         eprintln!(
             "tensor_core_linear_matches_the_gemv: tile.cu does not run on {}: tile cases not run",
+            gpu.arch
+        );
+    }
+    if !gpu.tile_wg {
+        eprintln!(
+            "tensor_core_linear_matches_the_gemv: tile_wg.cu does not run on {}: its cases not run",
             gpu.arch
         );
     }
@@ -1097,24 +1105,35 @@ fn tensor_core_linear_matches_the_gemv() {
         let bias: Vec<f32> = (0..n).map(|_| rnd() * 0.1).collect();
         let g: Vec<f32> = (0..k).map(|_| 1.0 + rnd() * 0.2).collect();
         let l = Linear::new(&gpu, &w, n, k, Some(&bias)).unwrap();
-        let reference = scratch_for(gemv, n, k);
-        let by_path: Vec<(LinearPath, GemmScratch)> = [tc, cublas, cluster, tile, wide]
-            .into_iter()
-            .map(|p| (p, scratch_for(p, n, k)))
-            .collect();
+        let reference = scratch_for(gemv, false, n, k);
+        let by_path: Vec<((LinearPath, bool), GemmScratch)> = [
+            (tc, false),
+            (cublas, false),
+            (cluster, false),
+            (tile, false),
+            (tile, true),
+            (wide, false),
+        ]
+        .into_iter()
+        .map(|(p, wg)| ((p, wg), scratch_for(p, wg, n, k)))
+        .collect();
         let gd = gpu.upload(&g).unwrap();
-        let mut cluster_cases: Vec<(usize, LinearPath)> = Vec::new();
+        let mut cluster_cases: Vec<(usize, LinearPath, bool)> = Vec::new();
         if gpu.clusters && tts_cuda::linear::cluster_split(n, k).is_some() {
-            cluster_cases.extend(cluster_rows.iter().map(|&m| (m, cluster)));
+            cluster_cases.extend(cluster_rows.iter().map(|&m| (m, cluster, false)));
         }
         if gpu.tiles && tts_cuda::linear::tile_split(n, k).is_some() {
-            cluster_cases.extend(tile_rows.iter().map(|&m| (m, tile)));
+            cluster_cases.extend(tile_rows.iter().map(|&m| (m, tile, false)));
+            if gpu.tile_wg {
+                cluster_cases.extend(tile_rows.iter().map(|&m| (m, tile, true)));
+            }
         }
         if gpu.wides && tts_cuda::linear::wide_split(n, k).is_some() {
-            cluster_cases.extend(wide_rows.iter().map(|&m| (m, wide)));
+            cluster_cases.extend(wide_rows.iter().map(|&m| (m, wide, false)));
         }
-        for &(m, path) in cases.iter().chain(&cluster_cases) {
-            let batched = &by_path.iter().find(|(p, _)| *p == path).unwrap().1;
+        let plain = cases.iter().map(|&(m, p)| (m, p, false));
+        for (m, path, wg) in plain.chain(cluster_cases.iter().copied()) {
+            let batched = &by_path.iter().find(|(p, _)| *p == (path, wg)).unwrap().1;
             let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let res: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
             let xd = gpu.upload(&x).unwrap();
@@ -1169,7 +1188,7 @@ fn tensor_core_linear_matches_the_gemv() {
                 let err = rel_err(&a, &b);
                 assert!(
                     err < 1e-4,
-                    "{n}x{k} m={m} act={act:?} norm {} path {:?}: batched vs GEMV rel err {err}",
+                    "{n}x{k} m={m} act={act:?} norm {} path {:?} (tile_wg {wg}): batched vs GEMV rel err {err}",
                     norm.is_some(),
                     batched.paths.choose(m, n, k)
                 );
@@ -1198,7 +1217,7 @@ fn tensor_core_linear_matches_the_gemv() {
                         one.iter()
                             .zip(&a[..out_n])
                             .all(|(p, q)| p.to_bits() == q.to_bits()),
-                        "{n}x{k} m={m} act={act:?}: {path:?} row 0 differs between 1 and {m} rows"
+                        "{n}x{k} m={m} act={act:?}: {path:?} (tile_wg {wg}) row 0 differs between 1 and {m} rows"
                     );
                 }
             }

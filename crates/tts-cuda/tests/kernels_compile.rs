@@ -1,4 +1,5 @@
-//! Every kernel compiles with NVRTC for Hopper (sm_90). Needs only NVRTC, no GPU: CI gets
+//! Every kernel compiles with NVRTC for Hopper (sm_90a, what a 9.0 device loads: its
+//! architecture-specific warpgroup MMA included). Needs only NVRTC, no GPU: CI gets
 //! it from PyPI (`nvidia-cuda-nvrtc`, see `.ci/run`). Skips, saying so, when NVRTC is absent.
 //! Also checks that every kernel the backend looks up at start-up is in the module.
 
@@ -6,7 +7,7 @@ mod common;
 
 #[test]
 fn kernels_compile_for_sm90() {
-    match tts_cuda::compile_kernels("sm_90") {
+    match tts_cuda::compile_kernels(&tts_cuda::compile::arch_name(9, 0)) {
         Ok(cubin) => {
             assert!(
                 cubin.len() > 10_000,
@@ -19,7 +20,9 @@ fn kernels_compile_for_sm90() {
                 .iter()
                 .chain(tts_cuda::device::CLUSTER_KERNELS)
                 .chain(tts_cuda::codec::KERNELS)
-                .chain(tts_cuda::device::PERSISTENT_KERNELS);
+                .chain(tts_cuda::device::PERSISTENT_KERNELS)
+                .chain(tts_cuda::linear::TILE_KERNELS.iter().map(|(k, _)| k))
+                .chain(tts_cuda::linear::TILE_WG_KERNELS.iter().map(|(k, _)| k));
             for name in names {
                 let needle = [b"\0", name.as_bytes(), b"\0"].concat();
                 assert!(
