@@ -151,6 +151,9 @@ pub struct LinearPaths {
     pub cluster: bool,
     /// The device runs `tile.cu` ([`LinearPath::Tile`]), and it is wanted.
     pub tile: bool,
+    /// [`LinearPath::Tile`] multiplies with warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
+    /// `tile.cu`'s warp MMA: the device has it, and it is wanted.
+    pub tile_wg: bool,
     /// The device runs `wide.cu` ([`LinearPath::Wide`]), and it is wanted.
     pub wide: bool,
     /// A cuBLAS epilogue writes the split input rows of the layer that reads its output
@@ -222,6 +225,19 @@ impl LinearPaths {
         // wide.cu from 17 rows, where it is there
         if (17..=MMA_MAX_ROWS).contains(&m) && self.fits(LinearPath::Wide, m, n, k) {
             return LinearPath::Wide;
+        }
+        // tile_wg.cu where the H200's start-up timings have it fastest: every shape it takes
+        // at 9..=32 rows (e.g. 16 rows of 2048 x 2048: 7.3 µs against the cluster kernel's
+        // 8.4; 32 rows of 2048 x 6144: 16.9 against cuBLAS's 17.2), and from 5 rows on the
+        // matrices of at least 8 Mi weights (8 rows of 4096 x 2048: 8.2 against mma.cu's
+        // 9.9); at 33..=64 rows cuBLAS stays ahead (`bench/results/2026-12-04-h200-tile-wg`)
+        let tile_wg = match m {
+            5..=8 => n * k >= 8 << 20,
+            9..=32 => true,
+            _ => false,
+        };
+        if tile_wg && self.tile_wg && self.fits(LinearPath::Tile, m, n, k) {
+            return LinearPath::Tile;
         }
         // In the talker step (every side >= 2048) the cluster kernel measured slower inside
         // the stage than alone (batch 4: +9 %, batch 16: +12 %): code-predictor shapes only.
@@ -539,6 +555,37 @@ mod tests {
         assert_eq!(p.choose(32, 1000, 2048), LinearPath::Cublas);
         let off = p.clone().with_wide(false);
         assert_eq!(off.choose(32, 12288, 2048), LinearPath::Cublas);
+    }
+
+    #[test]
+    fn tile_wg_takes_9_to_32_rows_and_the_larger_matrices_from_5_where_it_is_there() {
+        let p = LinearPaths {
+            cluster: true,
+            tile: true,
+            tile_wg: true,
+            ..Default::default()
+        };
+        for m in [9, 16, 17, 32] {
+            for (n, k) in [(2048, 2048), (4096, 1024), (1024, 3072), (2048, 6144)] {
+                assert_eq!(p.choose(m, n, k), LinearPath::Tile, "{m} rows of {n}x{k}");
+            }
+        }
+        for m in 5..=8 {
+            assert_eq!(p.choose(m, 4096, 2048), LinearPath::Tile, "{m} rows");
+            assert_eq!(p.choose(m, 2048, 6144), LinearPath::Tile, "{m} rows");
+            // smaller matrices keep their paths
+            assert_eq!(p.choose(m, 6144, 1024), LinearPath::Cluster, "{m} rows");
+        }
+        assert_eq!(p.choose(4, 4096, 2048), LinearPath::Gemv);
+        assert_eq!(p.choose(33, 2048, 2048), LinearPath::Cublas);
+        // without the warpgroup kernels, as before
+        let plain = LinearPaths {
+            tile_wg: false,
+            ..p.clone()
+        };
+        assert_eq!(plain.choose(16, 2048, 2048), LinearPath::TensorCores);
+        assert_eq!(plain.choose(32, 2048, 2048), LinearPath::Cublas);
+        assert_eq!(plain.choose(16, 4096, 1024), LinearPath::TensorCores);
     }
 
     #[test]
