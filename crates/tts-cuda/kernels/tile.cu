@@ -67,21 +67,21 @@ __device__ __forceinline__ void tile_load(unsigned buf, const bf16* W, int K, in
 #endif
 
 #if __CUDA_ARCH__ >= 900
-// The first TILE_STAGES - 1 stages of a block's pipeline: their weights before the PDL
-// wait, their rows after it (one commit group per stage after the weights' group).
-// Shared by tile.cu and tile_wg.cu.
-template <int MT>
+// The first STAGES - 1 stages of a block's pipeline: their weights before the PDL wait,
+// their rows after it (one commit group per stage after the weights' group). Shared by
+// tile.cu and tile_wg.cu.
+template <int MT, int STAGES>
 __device__ __forceinline__ void tile_prologue(unsigned base, const bf16* W, int K, int n0,
                                               int k0, int tiles, const bf16* xb, int M) {
     constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
 #pragma unroll
-    for (int t = 0; t < TILE_STAGES - 1; t++)
+    for (int t = 0; t < STAGES - 1; t++)
         if (t < tiles)
             tile_load<MT>(base + t * STAGE, W, K, n0, k0 + t * TILE_K, xb, M, true, false);
     cp_async_commit();
     pdl_wait();
 #pragma unroll
-    for (int t = 0; t < TILE_STAGES - 1; t++) {
+    for (int t = 0; t < STAGES - 1; t++) {
         if (t < tiles)
             tile_load<MT>(base + t * STAGE, W, K, n0, k0 + t * TILE_K, xb, M, false, true);
         cp_async_commit();
@@ -149,7 +149,7 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
     const int n0 = blockIdx.y * TILE_N;
     const int kb = K / S, k0 = s * kb, tiles = kb / TILE_K;
 
-    tile_prologue<MT>(base, W, K, n0, k0, tiles, xb, M);
+    tile_prologue<MT, TILE_STAGES>(base, W, K, n0, k0, tiles, xb, M);
 
     float acc[2][MT][4];
 #pragma unroll

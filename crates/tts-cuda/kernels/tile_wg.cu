@@ -26,6 +26,9 @@
 
 // Inbox row stride (floats): 128 outputs and one of padding.
 #define TILE_WG_LD (TILE_N + 1)
+// Pipeline stages by row tiles: 4 for up to 16 rows (two blocks of 97 KiB still fit a
+// multiprocessor), else tile.cu's 3 (linear::tile_wg_stages).
+#define TILE_WG_STAGES(MT) ((MT) == 2 ? 4 : TILE_STAGES)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // A shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes
@@ -87,6 +90,7 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char tile_smem[];
     constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
+    constexpr int STAGES = TILE_WG_STAGES(MT);
     static_assert(STAGE % 1024 == 0, "stages on 1024-byte boundaries");
     const unsigned base = (smem_addr(tile_smem) + 1023u) & ~1023u;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -95,25 +99,25 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     const int n0 = blockIdx.y * TILE_N;
     const int kb = K / S, k0 = s * kb, tiles = kb / TILE_K;
 
-    tile_prologue<MT>(base, W, K, n0, k0, tiles, xb, M);
+    tile_prologue<MT, STAGES>(base, W, K, n0, k0, tiles, xb, M);
 
     float d[8 * MT];
 #pragma unroll
     for (int i = 0; i < 8 * MT; i++) d[i] = 0.f;
 
     for (int it = 0; it < tiles; it++) {
-        cp_async_wait<TILE_STAGES - 2>();
+        cp_async_wait<STAGES - 2>();
         fence_proxy_async_smem();
         __syncthreads();
         {
-            int nt = it + TILE_STAGES - 1;
+            int nt = it + STAGES - 1;
             if (nt < tiles)
-                tile_load<MT>(base + (nt % TILE_STAGES) * STAGE, W, K, n0, k0 + nt * TILE_K, xb,
+                tile_load<MT>(base + (nt % STAGES) * STAGE, W, K, n0, k0 + nt * TILE_K, xb,
                               M, true, true);
             cp_async_commit();
         }
-        const unsigned wbuf = base + (it % TILE_STAGES) * STAGE + g * 64 * 128;
-        const unsigned xbuf = base + (it % TILE_STAGES) * STAGE + TILE_N * 128;
+        const unsigned wbuf = base + (it % STAGES) * STAGE + g * 64 * 128;
+        const unsigned xbuf = base + (it % STAGES) * STAGE + TILE_N * 128;
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) wg_mma<MT>(d, wg_desc(wbuf + ks * 32), wg_desc(xbuf + ks * 32));
@@ -132,7 +136,7 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     // holds [sender rank][local row][n] after the pipeline (stride TILE_WG_LD).
     const int rows = M < 8 * MT ? M : 8 * MT;
     const int pairs = (rows + 1) / 2, local_rows = 2 * ((pairs + S - 1) / S);
-    const unsigned inbox = base + TILE_STAGES * STAGE;
+    const unsigned inbox = base + STAGES * STAGE;
     float* inbox_p = (float*)(tile_smem + (inbox - smem_addr(tile_smem)));
 #pragma unroll
     for (int j = 0; j < MT; j++)

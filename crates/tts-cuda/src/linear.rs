@@ -408,11 +408,23 @@ pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
     ("tile_wg_linear_t8", 8),
 ];
 
-/// Bytes of dynamic shared memory a `tile_wg.cu` block takes: `tile.cu`'s pipeline, up to
+/// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline (`tile_wg_stages`
+/// stages of `tile.cu`'s size), up to
 /// 1024 bytes to start its tiles on a 1024-byte boundary, and its inbox of partial sums
 /// (`[sender][local row][129]` f32; senders × local rows <= 8 `mt` + 14 for up to 8 senders).
 pub const fn tile_wg_smem(mt: usize) -> usize {
-    tile_smem(mt) + 1024 + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
+    tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2
+        + 1024
+        + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
+}
+
+/// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 16 rows, else 3.
+pub const fn tile_wg_stages(mt: usize) -> usize {
+    if mt == 2 {
+        4
+    } else {
+        3
+    }
 }
 
 /// Blocks per cluster `tile.cu` and `tile_wg.cu` take at most (`TILE_MAX_SPLITS`).
