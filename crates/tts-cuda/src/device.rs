@@ -87,6 +87,23 @@ pub const PERSISTENT_KERNELS: &[&str] = &[
 
 /// Whether kernels whose set-up gave `setup` can be used (a failure is logged, not fatal:
 /// the routing keeps them off).
+/// Lets each kernel of `sizes` take that many bytes of dynamic shared memory.
+fn allow_smem(
+    funcs: &HashMap<&'static str, (CudaFunction, bool)>,
+    sizes: impl IntoIterator<Item = (&'static str, usize)>,
+) -> Result<(), CudaError> {
+    for (k, bytes) in sizes {
+        let f = funcs
+            .get(k)
+            .ok_or_else(|| CudaError::Unavailable(format!("kernel {k} not in the module")))?;
+        f.0.set_attribute(
+            dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )?;
+    }
+    Ok(())
+}
+
 fn usable(what: &str, setup: Result<(), CudaError>) -> bool {
     match setup {
         Ok(()) => true,
@@ -289,62 +306,30 @@ impl Gpu {
         // tile.cu's pipelines take more than the default 48 KiB of shared memory, and its
         // blocks meet in clusters (sm_90)
         let tiles = maj >= 9 && {
-            let setup = |&(k, mt): &(&'static str, usize)| -> Result<(), CudaError> {
-                funcs[k].0.set_attribute(
-                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    crate::linear::tile_smem(mt) as i32,
-                )?;
-                Ok(())
-            };
-            usable(
-                "tile linear kernels",
-                crate::linear::TILE_KERNELS.iter().try_for_each(setup),
-            )
+            let sizes =
+                crate::linear::TILE_KERNELS.map(|(k, mt)| (k, crate::linear::tile_smem(mt)));
+            usable("tile linear kernels", allow_smem(&funcs, sizes))
         };
-        // tile_wg.cu: the same, with 1 KiB more; its warpgroup MMA only in an sm_90a module
+        // tile_wg.cu: its pipeline, alignment and inbox; warpgroup MMA only in an sm_90a module
         let tile_wg = tiles && arch == "sm_90a" && {
-            let setup = |&(k, mt): &(&'static str, usize)| -> Result<(), CudaError> {
-                funcs[k].0.set_attribute(
-                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    crate::linear::tile_wg_smem(mt) as i32,
-                )?;
-                Ok(())
-            };
-            usable(
-                "warpgroup tile linear kernels",
-                crate::linear::TILE_WG_KERNELS.iter().try_for_each(setup),
-            )
+            let sizes =
+                crate::linear::TILE_WG_KERNELS.map(|(k, mt)| (k, crate::linear::tile_wg_smem(mt)));
+            usable("warpgroup tile linear kernels", allow_smem(&funcs, sizes))
         };
         // wide.cu stages its rows in up to WIDE_SMEM bytes of shared memory
         let wides = maj >= 9 && {
-            let setup = |k: &&'static str| -> Result<(), CudaError> {
-                funcs[*k].0.set_attribute(
-                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    crate::linear::WIDE_SMEM as i32,
-                )?;
-                Ok(())
-            };
-            usable("wide linear kernels", wide_names.iter().try_for_each(setup))
+            let sizes = wide_names.map(|k| (k, crate::linear::WIDE_SMEM));
+            usable("wide linear kernels", allow_smem(&funcs, sizes))
         };
         // gemv_staged.cu holds up to STAGED_MAX_SMEM bytes of weights per block,
         // mma_staged.cu up to STAGED_MMA_MAX_SMEM with its sums
         let staged = maj >= 9 && {
-            let setup = |(k, bytes): (&'static str, usize)| -> Result<(), CudaError> {
-                funcs[k].0.set_attribute(
-                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    bytes as i32,
-                )?;
-                Ok(())
-            };
             let mma = crate::linear::STAGED_MMA_KERNELS
                 .iter()
                 .map(|&(k, _)| (k, crate::linear::STAGED_MMA_MAX_SMEM));
-            usable(
-                "staged GEMV and MMA",
-                std::iter::once(("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM))
-                    .chain(mma)
-                    .try_for_each(setup),
-            )
+            let sizes =
+                std::iter::once(("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM)).chain(mma);
+            usable("staged GEMV and MMA", allow_smem(&funcs, sizes))
         };
         tracing::info!(%name, %arch, clusters, tiles, tile_wg, wides, staged, "CUDA device ready");
         Ok(Self {
