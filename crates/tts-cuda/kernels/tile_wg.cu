@@ -1,14 +1,15 @@
 // tile_wg.cu — tile.cu's batched linear layers with the products on Hopper's warpgroup
-// tensor-core instructions (wgmma, sm_90a only): the same grid, pipeline, shared-memory
-// tiles (tile.cu's tile_load and tile_prologue), the same outputs per rank and summing
-// order, and epilogue; the multiply and the reduction's transport differ:
-//   warpgroup g (threads 128 g .. +127) multiplies the weight rows 64 g .. +63 of each
-//   k-tile (A: 64 × 64, K-major) by all 16 MT row slots (B: the 8 MT hi then 8 MT lo rows,
-//   K-major), four k16 steps, accumulating in f32 registers; at the end each thread adds
-//   its hi and lo columns of a row (same registers, no exchange) into the partial tile.
-//   each block pushes its partial sums into the inbox of the block that finishes them
-//   (distributed shared memory stores, one cluster barrier), where tile.cu's blocks pull
-//   them with remote loads after one barrier and wait at a second before exiting.
+// tensor-core instructions (wgmma, sm_90a only): the same grid, shared-memory tiles and
+// pipeline (tile.cu's tile_load and tile_prologue; four stages instead of three up to 16
+// rows), the same outputs per rank, summing order and epilogue. What differs:
+//   the multiply: warpgroup g (threads 128 g .. +127) multiplies the weight rows
+//   64 g .. +63 of each k-tile (A: 64 × 64, K-major) by all 16 MT row slots (B: the 8 MT hi
+//   then 8 MT lo rows, K-major), four k16 steps, accumulating in f32 registers; at the end
+//   each thread adds its hi and lo columns of a row (same registers, no exchange);
+//   the reduction: each block pushes those partial sums into the inbox of the block that
+//   finishes them (distributed shared memory stores, one cluster barrier), where tile.cu's
+//   blocks pull them with remote loads after one barrier and wait at a second before
+//   exiting (Nsight Compute: most of tile.cu's time at 32-64 rows).
 // So a row's result is a sum of two f32 dot products over the block's K range (hi parts,
 // lo parts) instead of tile.cu's interleaved one: the same products, summed in another
 // order (within f32 rounding of tile.cu; not bit-identical); it still does not depend on

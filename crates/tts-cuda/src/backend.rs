@@ -70,7 +70,8 @@ pub struct CudaOptions {
     pub cluster_linear: bool,
     /// Let batched linear layers run on `tile.cu` (weights through a shared-memory
     /// pipeline, K split over a cluster's blocks; sm_90) where the routing picks it (the
-    /// static rule: the talker's gate_up at 3..=16 rows); off: as before.
+    /// static rule: the talker's gate_up at 3..=16 rows, and with `tile_wgmma` every shape
+    /// it takes at 9..=32 rows and the larger matrices from 5); off: as before.
     pub tile_linear: bool,
     /// Let that path multiply with Hopper's warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp-level MMA, where the device has it; off: `tile.cu`.

@@ -22,7 +22,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("mma_staged.cu", include_str!("../kernels/mma_staged.cu")),
     ("wide.cu", include_str!("../kernels/wide.cu")),
     ("tile.cu", include_str!("../kernels/tile.cu")),
-    // after tile.cu: its loads, pipeline prologue and cluster reduction
+    // after tile.cu: its loads and pipeline prologue
     ("tile_wg.cu", include_str!("../kernels/tile_wg.cu")),
     ("mma_cluster.cu", include_str!("../kernels/mma_cluster.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),

@@ -85,8 +85,6 @@ pub const PERSISTENT_KERNELS: &[&str] = &[
     "chain_phases",
 ];
 
-/// Whether kernels whose set-up gave `setup` can be used (a failure is logged, not fatal:
-/// the routing keeps them off).
 /// Lets each kernel of `sizes` take that many bytes of dynamic shared memory.
 fn allow_smem(
     funcs: &HashMap<&'static str, (CudaFunction, bool)>,
@@ -104,6 +102,8 @@ fn allow_smem(
     Ok(())
 }
 
+/// Whether kernels whose set-up gave `setup` can be used (a failure is logged, not fatal:
+/// the routing keeps them off).
 fn usable(what: &str, setup: Result<(), CudaError>) -> bool {
     match setup {
         Ok(()) => true,

@@ -408,10 +408,10 @@ pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
     ("tile_wg_linear_t8", 8),
 ];
 
-/// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline (`tile_wg_stages`
-/// stages of `tile.cu`'s size), up to
-/// 1024 bytes to start its tiles on a 1024-byte boundary, and its inbox of partial sums
-/// (`[sender][local row][129]` f32; senders × local rows <= 8 `mt` + 14 for up to 8 senders).
+/// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline
+/// ([`tile_wg_stages`] stages of `tile.cu`'s size), up to 1024 bytes to start its tiles on
+/// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
+/// senders × local rows <= 8 `mt` + 14 for up to 8 senders).
 pub const fn tile_wg_smem(mt: usize) -> usize {
     tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2
         + 1024

@@ -6,7 +6,7 @@
 mod common;
 
 #[test]
-fn kernels_compile_for_sm90() {
+fn kernels_compile_for_sm90a() {
     match tts_cuda::compile_kernels(&tts_cuda::compile::arch_name(9, 0)) {
         Ok(cubin) => {
             assert!(
@@ -32,7 +32,7 @@ fn kernels_compile_for_sm90() {
             }
         }
         Err(tts_cuda::CudaError::Unavailable(why)) => {
-            common::report_skip(&format!("kernels_compile_for_sm90: {why}"));
+            common::report_skip(&format!("kernels_compile_for_sm90a: {why}"));
         }
         Err(e) => panic!("{e}"),
     }
