@@ -803,7 +803,61 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::{staged_mma_plan, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_MAX_SMEM};
+    use super::{
+        staged_mma_plan, staged_plan, tile_wg_smem, tile_wg_stages, StagedPlan, STAGED_MAX_SMEM,
+        STAGED_MMA_MAX_SMEM, TILE_K, TILE_MAX_SPLITS, TILE_N,
+    };
+
+    /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
+    /// every cluster size, each row has exactly one finishing rank and local row, the
+    /// finishing rank walks exactly its rows, and the inbox (senders × local rows of 129
+    /// floats) fits after the pipeline in the shared memory the host asks for; the kernel
+    /// for up to 16 rows still fits two blocks on an H200 multiprocessor (228 KiB, 1 KiB
+    /// reserved per block), every kernel one (227 KiB at most).
+    #[test]
+    fn tile_wg_inbox_fits_and_every_row_has_one_finisher() {
+        for mt in [2usize, 4, 8] {
+            let pipeline = tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
+            assert!(tile_wg_smem(mt) <= 227 << 10, "mt {mt}");
+            for splits in [1usize, 2, 4, 8] {
+                assert!(splits <= TILE_MAX_SPLITS);
+                for rows in 1..=8 * mt {
+                    let pairs = rows.div_ceil(2);
+                    let local_rows = 2 * pairs.div_ceil(splits);
+                    let inbox = splits * local_rows * (TILE_N + 1) * 4;
+                    assert!(
+                        pipeline + 1023 + inbox <= tile_wg_smem(mt),
+                        "mt {mt}, {splits} splits, {rows} rows"
+                    );
+                    // where the senders put row m
+                    let mut seen = vec![false; rows];
+                    for m in 0..rows {
+                        let (owner, r) = ((m / 2) % splits, 2 * (m / 2 / splits) + m % 2);
+                        assert!(r < local_rows, "row {m}");
+                        // and what the owner reads back at local row r
+                        assert_eq!(2 * (owner + splits * (r / 2)) + r % 2, m);
+                        assert!(!seen[m]);
+                        seen[m] = true;
+                    }
+                    // each rank walks its local rows (those past `rows` are skipped)
+                    let walked: usize = (0..splits)
+                        .map(|s| {
+                            let mine = if s < pairs {
+                                2 * (pairs - s).div_ceil(splits)
+                            } else {
+                                0
+                            };
+                            (0..mine)
+                                .filter(|&r| 2 * (s + splits * (r / 2)) + r % 2 < rows)
+                                .count()
+                        })
+                        .sum();
+                    assert_eq!(walked, rows, "mt {mt}, {splits} splits, {rows} rows");
+                }
+            }
+        }
+        assert!(2 * (tile_wg_smem(2) + 1024) <= 228 << 10);
+    }
 
     /// On the H200's 132 multiprocessors the staged MMA takes every code-predictor matrix
     /// of the 1.7B geometry at every row count (the widest, gate/up, with 48 rows a block
