@@ -224,13 +224,14 @@ __device__ __forceinline__ void tile_linear_body(const bf16* __restrict__ W, int
 #endif
 }
 
-#define TILE_ENTRY(MT)                                                                          \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS) tile_linear_t##MT(               \
+// A kernel NAME<MT> running BODY<MT> (tile.cu's and tile_wg.cu's entry points).
+#define TILE_KERNEL(NAME, BODY, MT)                                                             \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS) NAME##MT(                        \
         const bf16* __restrict__ W, int N, int K, const bf16* __restrict__ xb, int M,           \
         const float* __restrict__ bias, int act, const float* res, int ldr, float* Y, int ldy) { \
-        tile_linear_body<MT>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy);                      \
+        BODY<MT>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy);                                  \
     }
 
-TILE_ENTRY(2)
-TILE_ENTRY(4)
-TILE_ENTRY(8)
+TILE_KERNEL(tile_linear_t, tile_linear_body, 2)
+TILE_KERNEL(tile_linear_t, tile_linear_body, 4)
+TILE_KERNEL(tile_linear_t, tile_linear_body, 8)

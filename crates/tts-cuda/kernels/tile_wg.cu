@@ -179,13 +179,6 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
 #endif
 }
 
-#define TILE_WG_ENTRY(MT)                                                                       \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS) tile_wg_linear_t##MT(            \
-        const bf16* __restrict__ W, int N, int K, const bf16* __restrict__ xb, int M,           \
-        const float* __restrict__ bias, int act, const float* res, int ldr, float* Y, int ldy) { \
-        tile_wg_body<MT>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy);                          \
-    }
-
-TILE_WG_ENTRY(2)
-TILE_WG_ENTRY(4)
-TILE_WG_ENTRY(8)
+TILE_KERNEL(tile_wg_linear_t, tile_wg_body, 2)
+TILE_KERNEL(tile_wg_linear_t, tile_wg_body, 4)
+TILE_KERNEL(tile_wg_linear_t, tile_wg_body, 8)

@@ -2,7 +2,7 @@
 //! memory, stack, register spills), read from ptxas' report (`compile::ptxas_report`).
 //! Whether two kernels of a chain can sit side by side on a multiprocessor, or whether a
 //! change made a kernel spill, is then answered without a GPU:
-//! `cargo run --release -p tts-cuda --example kernel_resources -- sm_90`.
+//! `cargo run --release -p tts-cuda --example kernel_resources -- sm_90a`.
 
 /// One function's resources as ptxas reports them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
