@@ -399,42 +399,59 @@ extern "C" __global__ void codec_dw_ln(const float* __restrict__ x, int ldx, int
 }
 
 // Final SnakeBeta + causal conv (taps k, c -> 1 channel, weight [k][c], scalar bias) +
-// clamp to [-1, 1]: one warp per output sample, 8 per block of 256 threads.
-// Grid: ceil(steps / 8) + nrows*(k-1) blocks (the latter update the history).
+// clamp to [-1, 1]. A block of 256 threads takes `tile` consecutive samples of one frame
+// (tile divides rate): it activates the k - 1 + tile input steps they read once, into
+// shared memory (row stride c + 1) beside the weights, then each warp finishes samples
+// warp, warp + 8, ...: lane l sums channels l, l + 32, ... tap by tap and the warp adds its
+// lanes (the products and sums of one warp per sample, without redoing each input's
+// SnakeBeta for every tap that reads it).
+// Grid: steps / tile + nrows·(k - 1) blocks (the latter update the history).
+// Dynamic shared memory: ((tile + k - 1)·(c + 1) + k·c) floats.
 extern "C" __global__ void codec_final(const float* __restrict__ x, int c, int k,
                                        const float* __restrict__ alpha,
                                        const float* __restrict__ inv_beta,
                                        const float* __restrict__ w, float bias, int rate,
                                        float* state, int slot_stride, int hist_off,
                                        const int* __restrict__ meta_p, int R, int steps,
-                                       int nrows, float* pcm) {
+                                       int nrows, int tile, float* pcm) {
+    extern __shared__ float fin_sm[];
     CodecMeta meta{meta_p, R};
-    int ctx = k - 1;
-    int step_blocks = (steps + 7) / 8;
+    const int ctx = k - 1, ld = c + 1;
+    const int step_blocks = steps / tile;
     if ((int)blockIdx.x >= step_blocks) {
         codec_hist_update(blockIdx.x - step_blocks, x, c, c, ctx, rate, state, slot_stride,
                           hist_off, meta, nrows);
         return;
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    size_t s = (size_t)blockIdx.x * 8 + warp;
-    if (s >= (size_t)steps) return;
-    int row = meta.frame_row((int)(s / rate));
+    const int s0 = blockIdx.x * tile;
+    const int row = meta.frame_row(s0 / rate);
     if (row < 0) {
-        if (lane == 0) pcm[s] = 0.f;
+        for (int t = threadIdx.x; t < tile; t += blockDim.x) pcm[s0 + t] = 0.f;
         return;
     }
-    int ls = (int)(s - (size_t)meta.first(row) * rate);
+    // position p of the window: the row's input step ls0 - ctx + p (history before its first)
+    const int ls0 = s0 - meta.first(row) * rate;
     const float* hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
                         (size_t)meta.parity(row) * ctx * c;
-    float acc = 0.f;
-    for (int j = 0; j < k; ++j) {
-        const float* p = codec_src(x, c, s, ls, k - 1 - j, hist, ctx, c);
-        for (int i = lane; i < c; i += 32)
-            acc += w[(size_t)j * c + i] * codec_act(p[i], 1, alpha, inv_beta, i);
+    float* a = fin_sm;
+    float* ws = fin_sm + (tile + ctx) * ld;
+    for (int e = threadIdx.x; e < (tile + ctx) * c; e += blockDim.x) {
+        const int p = e / c, i = e - p * c, src = ls0 - ctx + p;
+        const float v = src >= 0 ? x[((size_t)s0 - ctx + p) * c + i] : hist[(size_t)(ctx + src) * c + i];
+        a[p * ld + i] = codec_act(v, 1, alpha, inv_beta, i);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) pcm[s] = fminf(fmaxf(acc + bias, -1.0f), 1.0f);
+    for (int e = threadIdx.x; e < k * c; e += blockDim.x) ws[e] = w[e];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int t = warp; t < tile; t += warps) {
+        float acc = 0.f;
+        for (int j = 0; j < k; ++j) {
+            const float* ap = a + (t + j) * ld;  // tap j of sample t: input step t - (k-1-j)
+            for (int i = lane; i < c; i += 32) acc += ws[j * c + i] * ap[i];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) pcm[s0 + t] = fminf(fmaxf(acc + bias, -1.0f), 1.0f);
+    }
 }
 
 // dst[i] = f16(src[i]) (saturated) for n values: the f16 copy of the weight arena.

@@ -20,6 +20,8 @@
 //     for padding frames) while the warps multiply (ldmatrix + mma.m16n8k16). The
 //     codec_act_pad that follows a residual unit's conv (SnakeBeta on its output, the ones
 //     column for the next GEMM's bias) can run in its epilogue (`post`).
+//     codec_conv_win{96,64,32} take the layers whose frames are whole tiles: the block's
+//     input window in shared memory once, every tap read from it (see codec_conv_win_body).
 // Needs cin % 32 == 0, ldw % 8 == 0 and 16-byte aligned W rows, x with ldx % 4 == 0 (the
 // host checks and otherwise keeps the im2col path).
 
@@ -108,6 +110,87 @@ __device__ __forceinline__ void conv_mma(float* c, const unsigned* a, unsigned b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The tile's outputs: acc[mi][ni] of warp (wm, wnb) = warp & 3, warp >> 2 holds steps
+// s0 + 32 wm + 16 mi + g (+ 8) and outputs n0 + 32 wnb + 8 ni + 2t (+ 1). The bias is W's
+// column K. post >= 0: what codec_act_pad(post) would do next, fused: the activation applied
+// to each stored output, and the ones/zero columns n_out..ldc written (by the blocks of the
+// last output tile).
+template <int BN>
+__device__ __forceinline__ void conv_epilogue(const float (&acc)[2][4][4], int s0, int n0,
+                                              int steps, int K,
+                                              const unsigned short* __restrict__ W, int ldw,
+                                              int n_out, float* __restrict__ C, int ldc,
+                                              float beta, int post,
+                                              const float* __restrict__ alpha2,
+                                              const float* __restrict__ inv_beta2) {
+    constexpr int THREADS = BN * 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 3, wnb = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    if (post >= 0 && n0 + BN >= n_out) {
+        const int pads = ldc - n_out;
+        for (int e = tid; e < CONV_BM * pads; e += THREADS) {
+            const int so = s0 + e / pads, col = n_out + e % pads;
+            if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
+        }
+    }
+    // the thread's 8 outputs' bias and activation parameters, all loaded before any is used
+    // (the stores below may alias them as far as the compiler knows)
+    float bias[8], a2[8], ib2[8];
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const int n = n0 + wnb * 32 + (q >> 1) * 8 + 2 * t + (q & 1);
+        const bool ok = n < n_out;
+        bias[q] = ok ? half_bits_to_f32(W[(size_t)n * ldw + K]) : 0.f;
+        a2[q] = ok && post == 1 ? alpha2[n] : 0.f;
+        ib2[q] = ok && post == 1 ? inv_beta2[n] : 0.f;
+    }
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const int ni = q >> 1, e = q & 1;
+        const int n = n0 + wnb * 32 + ni * 8 + 2 * t + e;
+        if (n >= n_out) continue;
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int so = s0 + wm * 32 + mi * 16 + g + h * 8;
+                if (so >= steps) continue;
+                float v = acc[mi][ni][h * 2 + e] + bias[q];
+                float* o = C + (size_t)so * ldc + n;
+                v = beta != 0.f ? fmaf(beta, *o, v) : v;
+                // codec_act(v, post, alpha2, inv_beta2, n) with its parameters in registers
+                if (post == 1) {
+                    const float sn = snake_sin(v * a2[q]);
+                    v = v + ib2[q] * sn * sn;
+                } else if (post > 1) {
+                    v = codec_act(v, post, alpha2, inv_beta2, n);
+                }
+                *o = v;
+            }
+        }
+    }
+}
+
+// The warps' products of one 32-wide K chunk: A rows at a_addr (+16 rows per mi, row stride
+// a_ld halves), B rows at b_addr (+16 per np, stride CONV_LDS), both as ldmatrix addresses.
+__device__ __forceinline__ void conv_chunk_mma(float (&acc)[2][4][4], unsigned a_addr, int a_ld,
+                                               unsigned b_addr) {
+#pragma unroll
+    for (int kk = 0; kk < CONV_BK; kk += 16) {
+        unsigned a[2][4], b[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) conv_ldsm4(a_addr + 2 * (mi * 16 * a_ld + kk), a[mi]);
+#pragma unroll
+        for (int np = 0; np < 2; np++) conv_ldsm4(b_addr + 2 * (np * 16 * CONV_LDS + kk), b[np]);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+                conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]);
+    }
+}
+
 // Dynamic shared memory: CONV_STAGES * (CONV_BM + BN) * CONV_LDS halves.
 template <int BN>
 __device__ __forceinline__ void codec_conv_body(
@@ -188,71 +271,109 @@ __device__ __forceinline__ void codec_conv_body(
         if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
         asm volatile("cp.async.commit_group;" ::: "memory");
         const unsigned st = sm0 + 2 * (kc % CONV_STAGES) * STAGE;
-#pragma unroll
-        for (int kk = 0; kk < CONV_BK; kk += 16) {
-            unsigned a[2][4], b[2][4];
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-                conv_ldsm4(st + 2 * (a_off + mi * 16 * CONV_LDS + kk), a[mi]);
-#pragma unroll
-            for (int np = 0; np < 2; np++)
-                conv_ldsm4(st + 2 * (b_off + np * 16 * CONV_LDS + kk), b[np]);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++)
-                    conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2],
-                             b[ni >> 1][(ni & 1) * 2 + 1]);
-        }
+        conv_chunk_mma(acc, st + 2 * a_off, CONV_LDS, st + 2 * b_off);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
 
-    // c0, c1: step g, outputs 2t, 2t+1; c2, c3: step g + 8. The bias is W's column K.
-    // post >= 0: what codec_act_pad(post) would do next, fused: the activation applied to
-    // each stored output, and the ones/zero columns n_out..ldc written (by the blocks of
-    // the last output tile).
-    const int g = lane >> 2, t = lane & 3, K = taps * cin;
-    if (post >= 0 && n0 + BN >= n_out) {
-        const int pads = ldc - n_out;
-        for (int e = tid; e < CONV_BM * pads; e += THREADS) {
-            const int so = s0 + e / pads, col = n_out + e % pads;
-            if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
-        }
-    }
-#pragma unroll
-    for (int ni = 0; ni < 4; ni++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int n = n0 + wnb * 32 + ni * 8 + 2 * t + e;
-            if (n >= n_out) continue;
-            const float bias = half_bits_to_f32(W[(size_t)n * ldw + K]);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int so = s0 + wm * 32 + mi * 16 + g + h * 8;
-                    if (so >= steps) continue;
-                    float v = acc[mi][ni][h * 2 + e] + bias;
-                    float* o = C + (size_t)so * ldc + n;
-                    v = beta != 0.f ? fmaf(beta, *o, v) : v;
-                    *o = post > 0 ? codec_act(v, post, alpha2, inv_beta2, n) : v;
-                }
-            }
-        }
-    }
+    conv_epilogue<BN>(acc, s0, n0, steps, taps * cin, W, ldw, n_out, C, ldc, beta, post,
+                      alpha2, inv_beta2);
 }
 
-#define CODEC_CONV_ENTRY(NAME, BN)                                                            \
+// The window variant, for layers whose frames are whole tiles (rate % CONV_BM == 0, so a
+// block's steps lie in one frame and one row): the block copies the activated input its
+// steps read, rows s0 - ctx .. s0 + 127 (ctx + 128 rows of cin, row stride cin + 8 halves
+// so that 8 consecutive rows hit distinct banks), into shared memory once; tap j of the
+// tile is then the window from row j·dil, and only the weight chunks stream through the
+// ring. The same products as codec_conv_body (each a step's f16 input times an f16
+// weight), summed in the same order. codec_conv_body loads each input value once per tap
+// and per output tile (21 times for 7 taps and 96 outputs in tiles of 32).
+// Dynamic shared memory: (CONV_BM + ctx) · (cin + 8) + CONV_STAGES · BN · CONV_LDS halves.
+template <int BN>
+__device__ __forceinline__ void codec_conv_win_body(
+    const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,
+    const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W,
+    int ldw, int n_out, float* __restrict__ C, int ldc, float beta, int post,
+    const float* __restrict__ alpha2, const float* __restrict__ inv_beta2) {
+    constexpr int THREADS = BN * 4;
+    constexpr int STAGE = BN * CONV_LDS;
+    extern __shared__ __align__(16) unsigned short conv_sm[];
+    CodecMeta meta{meta_p, R};
+    const int ctx = (taps - 1) * dil, wld = cin + 8, wrows = CONV_BM + ctx;
+    const int tiles_n = (n_out + BN - 1) / BN;
+    const int n0 = (blockIdx.x % tiles_n) * BN;
+    const int s0 = (blockIdx.x / tiles_n) * CONV_BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int chunks = taps * cin / CONV_BK;
+    const unsigned win = conv_smem(conv_sm);
+    const unsigned ring = win + 2 * wrows * wld;
+
+    // the window: row w is step s0 - ctx + w of the block's row, at xe row
+    // s0 + row·ctx + w (each row's history sits right before its steps); zeros past the
+    // pass and for a padding frame
+    const int row = meta.frame_row(s0 / rate);
+    const long long base = row >= 0 ? (long long)s0 + (long long)row * ctx : -1;
+    const int pieces = cin / 8;
+    for (int e = tid; e < wrows * pieces; e += THREADS) {
+        const int w = e / pieces, p = e - w * pieces;
+        const bool ok = base >= 0 && s0 - ctx + w < steps;
+        conv_cp16(win + 2 * (w * wld + p * 8), ok ? xe + (size_t)(base + w) * cin + p * 8 : xe,
+                  ok ? 16 : 0);
+    }
+    const int part = (tid & 3) * 8, wn = tid >> 2;
+    const bool wvalid = n0 + wn < n_out;
+    const unsigned short* wrow = W + (size_t)(wvalid ? n0 + wn : 0) * ldw + part;
+    auto issue = [&](int kc) {
+        conv_cp16(ring + 2 * ((kc % CONV_STAGES) * STAGE + wn * CONV_LDS + part),
+                  wvalid ? wrow + kc * CONV_BK : W, wvalid ? 16 : 0);
+    };
+
+    const int wm = warp & 3, wnb = warp >> 2;
+    const int lrow = lane & 7, lmat = lane >> 3;
+    const int a_off = (wm * 32 + (lmat & 1) * 8 + lrow) * wld + (lmat >> 1) * 8;
+    const int b_off = (wnb * 32 + (lmat >> 1) * 8 + lrow) * CONV_LDS + (lmat & 1) * 8;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+            acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
+
+    // the window travels in the first chunk's commit group
+#pragma unroll
+    for (int st = 0; st < CONV_STAGES - 1; st++) {
+        if (st < chunks) issue(st);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int kc = 0; kc < chunks; kc++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(CONV_STAGES - 2) : "memory");
+        __syncthreads();
+        if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const int k = kc * CONV_BK, j = k / cin, c = k - j * cin;
+        conv_chunk_mma(acc, win + 2 * (a_off + j * dil * wld + c), wld,
+                       ring + 2 * ((kc % CONV_STAGES) * STAGE + b_off));
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    conv_epilogue<BN>(acc, s0, n0, steps, taps * cin, W, ldw, n_out, C, ldc, beta, post,
+                      alpha2, inv_beta2);
+}
+
+#define CODEC_CONV_ENTRY(NAME, BODY, BN)                                                      \
     extern "C" __global__ void __launch_bounds__(BN * 4) NAME(                                 \
         const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,          \
         const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W, \
         int ldw, int n_out, float* __restrict__ C, int ldc, float beta, int post,              \
         const float* __restrict__ alpha2, const float* __restrict__ inv_beta2) {               \
-        codec_conv_body<BN>(xe, cin, taps, dil, rate, meta_p, R, steps, W, ldw, n_out, C, ldc, \
-                            beta, post, alpha2, inv_beta2);                                    \
+        BODY<BN>(xe, cin, taps, dil, rate, meta_p, R, steps, W, ldw, n_out, C, ldc, beta, post, \
+                 alpha2, inv_beta2);                                                           \
     }
 
 // 128 steps × 64 outputs per block (8 warps); × 32 (4 warps) for layers whose width is not
 // a multiple of 64 (the 24 kHz residual units' 96 channels, the last transposed conv's 288)
-CODEC_CONV_ENTRY(codec_conv_mma64, 64)
-CODEC_CONV_ENTRY(codec_conv_mma32, 32)
+CODEC_CONV_ENTRY(codec_conv_mma64, codec_conv_body, 64)
+CODEC_CONV_ENTRY(codec_conv_mma32, codec_conv_body, 32)
+// the window variant: 96 outputs per block (12 warps) for layers of a multiple of 96 (the
+// 24 kHz residual units: one tile; the 192-channel ones: two), else 64 or 32
+CODEC_CONV_ENTRY(codec_conv_win96, codec_conv_win_body, 96)
+CODEC_CONV_ENTRY(codec_conv_win64, codec_conv_win_body, 64)
+CODEC_CONV_ENTRY(codec_conv_win32, codec_conv_win_body, 32)

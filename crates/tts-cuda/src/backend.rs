@@ -51,6 +51,10 @@ pub struct CudaOptions {
     /// Which of the codec's f16 convolutions run as one implicit GEMM (im2col folded into
     /// tensor-core tiles, `kernels/codec_conv.cu`) instead of im2col + cuBLAS.
     pub codec_implicit: ImplicitConv,
+    /// The implicit convolutions whose frames are whole tiles of 128 steps read their input
+    /// from a window copied once into shared memory (`codec_conv_win*`); off:
+    /// `codec_conv_mma*`, which copies it once per tap and output tile.
+    pub codec_conv_window: bool,
     /// Time the linear-layer kernels on the model's shapes at start-up and route each
     /// batched shape to the fastest (`routing::autotune`); off (the default, and what the
     /// end-to-end results were measured with): the static rule.
@@ -249,6 +253,7 @@ impl Default for CudaOptions {
             codec_frames_per_call: 16,
             codec_small_gemv: true,
             codec_implicit: ImplicitConv::default(),
+            codec_conv_window: true,
             autotune: false,
             pdl: true,
             lt_linear: false,
@@ -492,6 +497,7 @@ impl CudaBackend {
             c.set_precision(&gpu, opts.codec_precision)?;
             c.set_small_gemv(opts.codec_small_gemv);
             c.set_implicit_conv(opts.codec_implicit);
+            c.set_conv_window(opts.codec_conv_window);
             Codec::Gpu(Box::new(c))
         } else {
             Codec::Cpu(

@@ -325,18 +325,41 @@ fn f16_round(v: f32) -> f32 {
     half::f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32()
 }
 
-/// The implicit-GEMM convolution (`kernels/codec_conv.cu`) against a host evaluation of the
-/// same f16 operands: a causal conv (7 taps, dilation 3, SnakeBeta on its input) over a pass
-/// of two rows of uneven length whose first steps reach into the slots' histories, plus a
-/// padding frame; both tile shapes (96 and 128 outputs), beta 0 (over NaN) and 1, input and
-/// output rows wider than the layer, and the following `codec_act_pad` fused into the
-/// epilogue (SnakeBeta on the outputs, ones column). Also the history update it writes.
-#[test]
-fn implicit_conv_matches_a_host_reference() {
-    let Some(gpu) = gpu_or_skip("implicit_conv_matches_a_host_reference") else {
-        return;
-    };
-    let (cin, ldx, taps, dil, rate) = (64usize, 68usize, 7usize, 3usize, 4usize);
+/// An implicit convolution's layer and the widths of its outputs: the pass is always two
+/// rows of uneven length (3 and 2 frames) whose first steps reach into the slots'
+/// histories, then a padding frame.
+struct ConvGeo {
+    cin: usize,
+    ldx: usize,
+    taps: usize,
+    dil: usize,
+    /// Steps per frame.
+    rate: usize,
+    outputs: &'static [usize],
+}
+
+/// What one launch wrote: the GEMM kernel that ran, the outputs and the slots' state.
+struct ConvRun {
+    kernel: &'static str,
+    c: Vec<f32>,
+    state: Vec<f32>,
+}
+
+/// Runs the implicit-GEMM convolution (`kernels/codec_conv.cu`, the window kernel when
+/// `window` and the layer fits it) over `geo` and checks it against a host evaluation of the
+/// same f16 operands: a causal conv (SnakeBeta on its input) for each output width, beta 0
+/// (over NaN) and 1, input and output rows wider than the layer, and the following
+/// `codec_act_pad` fused into the epilogue (SnakeBeta on the outputs, ones column); also
+/// the history update it writes. Returns every launch's result, in order.
+fn check_implicit_conv(gpu: &Gpu, geo: &ConvGeo, window: bool) -> Vec<ConvRun> {
+    let ConvGeo {
+        cin,
+        ldx,
+        taps,
+        dil,
+        rate,
+        outputs,
+    } = *geo;
     let ctx = (taps - 1) * dil;
     let kk = taps * cin;
     let ldw = (kk + 1).next_multiple_of(8);
@@ -384,8 +407,8 @@ fn implicit_conv_matches_a_host_reference() {
     let d_inv_beta = gpu.upload(&inv_beta).expect("inv_beta");
     // the activated input with each row's history before it
     let d_xh = gpu.zeros::<u16>((steps + rows * ctx) * cin).expect("xh");
-    let mut checked = 0usize;
-    for n in [96usize, 128] {
+    let mut runs = Vec::new();
+    for &n in outputs {
         let mut rw = common::uniform(10 + n as u64, -0.1, 0.1);
         let w: Vec<f32> = (0..n * ldw)
             .map(|i| if i % ldw <= kk { f16_round(rw()) } else { 0.0 })
@@ -439,8 +462,11 @@ fn implicit_conv_matches_a_host_reference() {
                 ldc,
                 beta,
                 post: post.then_some((1, d_alpha2.ptr, d_inv_beta2.ptr)),
+                window,
             };
-            launch_implicit_conv(&gpu, &l).expect("launch");
+            let kernel = launch_implicit_conv(gpu, &l)
+                .expect("launch")
+                .expect("a kernel for a non-empty pass");
             gpu.sync().expect("sync");
             let c = gpu.read(&d_c, steps * ldc).expect("read c");
             let new_state = gpu.read(&d_state, state.len()).expect("read state");
@@ -483,7 +509,6 @@ fn implicit_conv_matches_a_host_reference() {
                          {want} (tol {tol:.2e})"
                     );
                     worst = worst.max(err / (mag + 1e-12));
-                    checked += 1;
                 }
                 // past the layer's outputs: untouched, or with the fused act_pad the ones
                 // column then zeros
@@ -516,10 +541,90 @@ fn implicit_conv_matches_a_host_reference() {
                 }
             }
             eprintln!(
-                "implicit conv, {n} outputs, beta {beta}, fused act {post}: worst error / \
-                 sum of |terms| {worst:.2e}"
+                "implicit conv ({kernel}), {n} outputs, beta {beta}, fused act {post}: worst \
+                 error / sum of |terms| {worst:.2e}"
             );
+            runs.push(ConvRun {
+                kernel,
+                c,
+                state: new_state,
+            });
         }
     }
-    assert!(checked > 0);
+    assert_eq!(runs.len(), 3 * outputs.len());
+    runs
+}
+
+/// The per-tap kernel (`codec_conv_mma*`) on a layer whose frames are not whole tiles
+/// (7 taps, dilation 3, 4 steps per frame): both tile shapes (96 and 128 outputs).
+#[test]
+fn implicit_conv_matches_a_host_reference() {
+    let Some(gpu) = gpu_or_skip("implicit_conv_matches_a_host_reference") else {
+        return;
+    };
+    let geo = ConvGeo {
+        cin: 64,
+        ldx: 68,
+        taps: 7,
+        dil: 3,
+        rate: 4,
+        outputs: &[96, 128],
+    };
+    let runs = check_implicit_conv(&gpu, &geo, true);
+    let kernels: Vec<&str> = runs.iter().map(|r| r.kernel).collect();
+    assert_eq!(
+        kernels[..3],
+        ["codec_conv_mma32"; 3],
+        "frames of 4 steps: no window"
+    );
+    assert_eq!(kernels[3..], ["codec_conv_mma64"; 3]);
+}
+
+/// The window kernel (`codec_conv_win*`) on a layer whose frames are whole tiles (128 steps,
+/// 96 channels, 7 taps at dilation 9 as the codec's last residual unit): against the host
+/// evaluation, and bit for bit the per-tap kernel's results and history (the same products
+/// summed in the same order), for 96 outputs (one 96-wide tile), 192 (two) and 128 (64-wide
+/// tiles).
+#[test]
+fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
+    let Some(gpu) = gpu_or_skip("window_conv_matches_the_per_tap_kernel_bit_for_bit") else {
+        return;
+    };
+    let geo = ConvGeo {
+        cin: 96,
+        ldx: 100,
+        taps: 7,
+        dil: 9,
+        rate: 128,
+        outputs: &[96, 192, 128],
+    };
+    let per_tap = check_implicit_conv(&gpu, &geo, false);
+    let window = check_implicit_conv(&gpu, &geo, true);
+    let names = |runs: &[ConvRun]| runs.iter().map(|r| r.kernel).collect::<Vec<_>>();
+    assert_eq!(
+        names(&per_tap),
+        [
+            ["codec_conv_mma32"; 3],
+            ["codec_conv_mma64"; 3],
+            ["codec_conv_mma64"; 3]
+        ]
+        .concat()
+    );
+    assert_eq!(
+        names(&window),
+        [
+            ["codec_conv_win96"; 3],
+            ["codec_conv_win96"; 3],
+            ["codec_conv_win64"; 3]
+        ]
+        .concat()
+    );
+    for (i, (a, b)) in per_tap.iter().zip(&window).enumerate() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&a.c) == bits(&b.c), "case {i}: outputs differ");
+        assert!(
+            bits(&a.state) == bits(&b.state),
+            "case {i}: history differs"
+        );
+    }
 }

@@ -112,6 +112,8 @@ pub fn create_cuda(
             "QWEN3_TTS_CODEC_IMPLICIT",
             tts_cuda::CudaOptions::default().codec_implicit,
         )?,
+        // those whose frames are whole tiles read a shared-memory window (0: codec_conv_mma)
+        codec_conv_window: on_unless_zero("QWEN3_TTS_CODEC_CONV_WINDOW"),
         codec_precision: codec_precision_knob()?,
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights

@@ -1,6 +1,8 @@
 //! A convolution's im2col and f16 GEMM as one implicit GEMM (`kernels/codec_conv.cu`):
 //! `codec_act_h` (the input activated once, as f16, plus the history update) and
-//! `codec_conv_mma*` (tensor-core tiles that build their columns in shared memory). Same
+//! `codec_conv_mma*` (tensor-core tiles that build their columns in shared memory; or
+//! `codec_conv_win*`, whose tiles copy their input window once and read every tap from it,
+//! where a layer's frames are whole tiles). Same
 //! operands as `codec_im2col_h` + the cuBLAS f16 GEMM (f16 inputs after the activation, f16
 //! weights and bias, f32 sums), so the emulation's `F16Conv` rounding describes both.
 
@@ -89,6 +91,8 @@ pub struct ConvLaunch {
     /// (`plan::Act::code`, alpha, inv_beta) on every output, then the ones/zero columns
     /// `n..ldc`.
     pub post: Option<(i32, u64, u64)>,
+    /// Take the window kernel where it fits ([`window_fits`]).
+    pub window: bool,
 }
 
 /// Whether the kernel can take a layer: chunks inside one tap, 16-byte loads of the input
@@ -123,12 +127,42 @@ fn smem_bytes(bn: usize) -> usize {
     STAGES * (TILE_STEPS + bn) * LDS * 2
 }
 
+/// Halves a window row takes beyond its `cin` (the kernel's `wld = cin + 8`: 8 consecutive
+/// rows then start in distinct banks).
+const WINDOW_PAD: usize = 8;
+/// The most dynamic shared memory a block may ask for (sm_90).
+const MAX_SMEM: usize = 227 << 10;
+
+/// The window kernel and its outputs per tile for a layer of `n` outputs (4 threads each).
+fn window_tiling(n: usize) -> (&'static str, usize) {
+    if n.is_multiple_of(96) {
+        ("codec_conv_win96", 96)
+    } else if n.is_multiple_of(64) {
+        ("codec_conv_win64", 64)
+    } else {
+        ("codec_conv_win32", 32)
+    }
+}
+
+/// Dynamic shared memory of a window block: the window (a tile's steps and `ctx` before
+/// them) and the weight ring.
+fn window_smem(cin: usize, ctx: usize, bn: usize) -> usize {
+    (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2 + STAGES * bn * LDS * 2
+}
+
+/// Whether the window kernel can take a layer (already [`fits`]): its frames are whole
+/// tiles (a tile's steps then lie in one row) and its window fits a block.
+pub fn window_fits(rate: usize, cin: usize, ctx: usize, n: usize) -> bool {
+    rate.is_multiple_of(TILE_STEPS) && window_smem(cin, ctx, window_tiling(n).1) <= MAX_SMEM
+}
+
 /// f16 values the activated input of a pass takes: its steps and each row's history.
 pub fn scratch_halves(steps: usize, rows: usize, cin: usize, ctx: usize) -> usize {
     (steps + rows * ctx) * cin
 }
 
-/// The implicit GEMM's blocks for `steps` steps of `n` outputs.
+/// The per-tap kernel's blocks for `steps` steps of `n` outputs (what [`wanted`]'s rule
+/// was measured with; the window kernel takes fewer, wider tiles).
 pub fn tiles(steps: usize, n: usize) -> usize {
     let (_, bn) = tiling(n);
     steps.div_ceil(TILE_STEPS) * n.div_ceil(bn)
@@ -149,10 +183,11 @@ fn i(v: usize) -> Arg {
 }
 
 /// Enqueues the two launches of one convolution (shapes already checked with [`fits`];
-/// sizes were checked against `i32::MAX` when the codec was built).
-pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<(), CudaError> {
+/// sizes were checked against `i32::MAX` when the codec was built); returns the GEMM
+/// kernel's name (none for an empty pass).
+pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaError> {
     if l.steps == 0 {
-        return Ok(());
+        return Ok(None);
     }
     let ctx = (l.taps - 1) * l.dil;
     let hist_blocks = if l.hist.is_some() { l.rows * ctx } else { 0 };
@@ -184,12 +219,18 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<(), CudaError> {
             Arg::P(l.xh),
         ],
     )?;
-    let (name, bn) = tiling(l.n);
-    let smem = smem_bytes(bn);
+    let (name, bn, smem) = if l.window && window_fits(l.rate, l.cin, ctx, l.n) {
+        let (name, bn) = window_tiling(l.n);
+        (name, bn, window_smem(l.cin, ctx, bn))
+    } else {
+        let (name, bn) = tiling(l.n);
+        (name, bn, smem_bytes(bn))
+    };
     gpu.allow_dynamic_smem(name, smem)?;
+    let blocks = l.steps.div_ceil(TILE_STEPS) * l.n.div_ceil(bn);
     gpu.launch_with(
         name,
-        (tiles(l.steps, l.n) as u32, 1, 1),
+        (blocks as u32, 1, 1),
         4 * bn as u32,
         smem as u32,
         &[
@@ -211,7 +252,8 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<(), CudaError> {
             Arg::P(l.post.map_or(0, |p| p.1)),
             Arg::P(l.post.map_or(0, |p| p.2)),
         ],
-    )
+    )?;
+    Ok(Some(name))
 }
 
 #[cfg(test)]
@@ -233,6 +275,22 @@ mod tests {
         assert!(wanted(ImplicitConv::Large, 122_880, 96, 132));
         assert!(wanted(ImplicitConv::All, 64, 768, 132));
         assert!(!wanted(ImplicitConv::Off, 122_880, 96, 132));
+    }
+
+    #[test]
+    fn window_takes_whole_tile_frames_that_fit() {
+        // the 1.7B codec's last two blocks: 96 channels at 1920 steps per frame, 192 at
+        // 640, dilations up to 9 (ctx 54)
+        assert_eq!(window_tiling(96), ("codec_conv_win96", 96));
+        assert_eq!(window_tiling(192), ("codec_conv_win96", 96));
+        assert_eq!(window_tiling(128), ("codec_conv_win64", 64));
+        assert_eq!(window_tiling(160), ("codec_conv_win32", 32));
+        assert!(window_fits(1920, 96, 54, 96));
+        assert!(window_fits(640, 192, 54, 192));
+        // two 192-channel blocks still fit a multiprocessor (228 KiB, 1 KiB reserved each)
+        assert!(2 * (window_smem(192, 54, 96) + 1024) <= 228 << 10);
+        assert!(!window_fits(160, 384, 54, 384), "frames not whole tiles");
+        assert!(!window_fits(128, 1536, 54, 96), "window too large");
     }
 
     #[test]

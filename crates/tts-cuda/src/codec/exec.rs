@@ -48,6 +48,21 @@ fn grid(blocks: usize) -> (u32, u32, u32) {
     (blocks.max(1) as u32, 1, 1)
 }
 
+/// Shared memory a kernel may take without asking (48 KiB).
+const DEFAULT_SMEM: usize = 48 << 10;
+
+/// `codec_final`'s samples per block (the largest power of two up to 64 that divides the
+/// frame's `rate` and whose window of `c` channels and the `k` taps' weights fit the
+/// default shared memory) and those bytes.
+fn final_tile(rate: usize, c: usize, k: usize) -> (usize, usize) {
+    let smem = |t: usize| ((t + k - 1) * (c + 1) + k * c) * 4;
+    let tile = [64, 32, 16, 8, 4, 2]
+        .into_iter()
+        .find(|&t| rate.is_multiple_of(t) && smem(t) <= DEFAULT_SMEM)
+        .unwrap_or(1);
+    (tile, smem(tile))
+}
+
 /// How a pass runs its GEMMs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmMode {
@@ -60,6 +75,8 @@ pub struct GemmMode {
     pub conv_f16: bool,
     /// Which of those f16 convolutions run as one implicit GEMM (`conv`) instead.
     pub implicit: ImplicitConv,
+    /// Those whose frames are whole tiles take the window kernel (`conv::window_fits`).
+    pub conv_window: bool,
 }
 
 /// Whether `ops[at]` is a convolution's GEMM that cuBLAS runs (not the few-step GEMV)
@@ -204,7 +221,7 @@ fn implicit_conv(
     d: &DevBufs,
     at: usize,
     (steps, pass): (usize, PassCtx),
-    mode: ImplicitConv,
+    (mode, window): (ImplicitConv, bool),
     half: bool,
 ) -> Option<(ConvLaunch, usize)> {
     let (
@@ -280,6 +297,7 @@ fn implicit_conv(
         ldc,
         beta,
         post,
+        window,
     };
     ok.then_some((launch, if post.is_some() { 2 } else { 1 }))
 }
@@ -334,6 +352,7 @@ pub fn run(
         small_gemv,
         conv_f16,
         implicit,
+        conv_window,
     } = mode;
     let half = |at: usize, steps: usize| conv_f16 && conv_gemm_f16(&p.ops, at, steps, small_gemv);
     // the few-step GEMVs read the f16 copy of the weights with f16 convolutions on (half
@@ -460,9 +479,15 @@ pub fn run(
                     rows,
                 };
                 let half_gemm = half(at + 1, steps);
-                if let Some((l, covered)) =
-                    implicit_conv(gpu, p, d, at, (steps, pass), implicit, half_gemm)
-                {
+                if let Some((l, covered)) = implicit_conv(
+                    gpu,
+                    p,
+                    d,
+                    at,
+                    (steps, pass),
+                    (implicit, conv_window),
+                    half_gemm,
+                ) {
                     conv::launch(gpu, &l)?;
                     skip = covered;
                     continue;
@@ -636,10 +661,12 @@ pub fn run(
             } => {
                 let steps = frames * rate;
                 let (al, ib) = d.act(act);
-                gpu.launch(
+                let (tile, smem) = final_tile(rate, c, k);
+                gpu.launch_with(
                     "codec_final",
-                    grid(steps.div_ceil(8) + rows * (k - 1)),
+                    grid(steps / tile + rows * (k - 1)),
                     256,
+                    smem as u32,
                     &[
                         Arg::P(d.view(x)),
                         i(c),
@@ -656,6 +683,7 @@ pub fn run(
                         i(cap_rows),
                         i(steps),
                         i(rows),
+                        i(tile),
                         Arg::P(d.view(View {
                             buf: Buf::Pcm,
                             off: 0,
@@ -666,4 +694,20 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{final_tile, DEFAULT_SMEM};
+
+    #[test]
+    fn final_tiles_divide_the_frame_and_fit() {
+        // the 1.7B codec: 1920 samples per frame, 96 channels, 7 taps
+        assert_eq!(final_tile(1920, 96, 7), (64, (70 * 97 + 7 * 96) * 4));
+        assert_eq!(final_tile(24, 16, 7).0, 8);
+        assert_eq!(final_tile(15, 16, 7).0, 1);
+        // wide layers take smaller tiles
+        let (tile, smem) = final_tile(1920, 512, 7);
+        assert!(tile < 64 && smem <= DEFAULT_SMEM, "{tile} {smem}");
+    }
 }

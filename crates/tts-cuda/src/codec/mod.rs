@@ -66,6 +66,9 @@ pub const KERNELS: &[&str] = &[
     "codec_act_h",
     "codec_conv_mma64",
     "codec_conv_mma32",
+    "codec_conv_win96",
+    "codec_conv_win64",
+    "codec_conv_win32",
 ];
 
 /// Most frames one pass decodes (all rows together); larger calls run as several passes.
@@ -203,6 +206,7 @@ impl DevCodec {
                 small_gemv: true,
                 conv_f16: false,
                 implicit: ImplicitConv::default(),
+                conv_window: true,
             },
             last_pass: None,
         })
@@ -236,6 +240,14 @@ impl DevCodec {
     /// [`CodecPrecision::F16`]).
     pub fn set_implicit_conv(&mut self, mode: ImplicitConv) {
         self.gemm.implicit = mode;
+        self.graphs.clear();
+    }
+
+    /// Whether the implicit convolutions whose frames are whole tiles take the window
+    /// kernel (`codec_conv_win*`: each input value copied once per tile, not once per tap;
+    /// on by default) or `codec_conv_mma*`, for comparisons.
+    pub fn set_conv_window(&mut self, on: bool) {
+        self.gemm.conv_window = on;
         self.graphs.clear();
     }
 
