@@ -85,6 +85,16 @@ pub const PERSISTENT_KERNELS: &[&str] = &[
     "chain_phases",
 ];
 
+/// Lets kernel `f` take up to `bytes` of dynamic shared memory per block (above 48 KiB this
+/// must be asked for before the launch).
+fn set_dynamic_smem(f: &CudaFunction, bytes: usize) -> Result<(), CudaError> {
+    f.set_attribute(
+        dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        bytes as i32,
+    )?;
+    Ok(())
+}
+
 /// Lets each kernel of `sizes` take that many bytes of dynamic shared memory.
 fn allow_smem(
     funcs: &HashMap<&'static str, (CudaFunction, bool)>,
@@ -94,10 +104,7 @@ fn allow_smem(
         let f = funcs
             .get(k)
             .ok_or_else(|| CudaError::Unavailable(format!("kernel {k} not in the module")))?;
-        f.0.set_attribute(
-            dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes as i32,
-        )?;
+        set_dynamic_smem(&f.0, bytes)?;
     }
     Ok(())
 }
@@ -288,10 +295,7 @@ impl Gpu {
         let clusters = maj >= 9 && {
             let setup = |k: &'static str| -> Result<(), CudaError> {
                 let f = &funcs[k].0;
-                f.set_attribute(
-                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    crate::linear::CLUSTER_MAX_SMEM as i32,
-                )?;
+                set_dynamic_smem(f, crate::linear::CLUSTER_MAX_SMEM)?;
                 f.set_attribute(
                     dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                     1,
@@ -481,11 +485,7 @@ impl Gpu {
     /// Lets `name` take up to `bytes` of dynamic shared memory per block (above 48 KiB
     /// this must be asked for before the launch).
     pub fn allow_dynamic_smem(&self, name: &'static str, bytes: usize) -> Result<(), CudaError> {
-        self.func(name)?.set_attribute(
-            dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes as i32,
-        )?;
-        Ok(())
+        set_dynamic_smem(self.func(name)?, bytes)
     }
 
     /// Runs `f` (which enqueues work) with its launches in `mode`: their
