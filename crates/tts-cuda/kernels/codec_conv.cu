@@ -191,6 +191,35 @@ __device__ __forceinline__ void conv_chunk_mma(float (&acc)[2][4][4], unsigned a
     }
 }
 
+// The tile's accumulators, zeroed.
+__device__ __forceinline__ void conv_zero(float (&acc)[2][4][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+            acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
+}
+
+// The K loop of a tile: chunk kc's operands are copied into ring stage kc % CONV_STAGES by
+// issue(kc) (cp.async; one commit group per chunk, the window variant's window in the
+// first), CONV_STAGES - 1 chunks ahead of mma(kc), which multiplies that stage.
+template <typename Issue, typename Mma>
+__device__ __forceinline__ void conv_pipeline(int chunks, Issue issue, Mma mma) {
+#pragma unroll
+    for (int st = 0; st < CONV_STAGES - 1; st++) {
+        if (st < chunks) issue(st);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int kc = 0; kc < chunks; kc++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(CONV_STAGES - 2) : "memory");
+        __syncthreads();
+        if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        mma(kc);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 // Dynamic shared memory: CONV_STAGES * (CONV_BM + BN) * CONV_LDS halves.
 template <int BN>
 __device__ __forceinline__ void codec_conv_body(
@@ -254,26 +283,11 @@ __device__ __forceinline__ void codec_conv_body(
     const int a_off = (wm * 32 + (lmat & 1) * 8 + lrow) * CONV_LDS + (lmat >> 1) * 8;
     const int b_off = (CONV_BM + wnb * 32 + (lmat >> 1) * 8 + lrow) * CONV_LDS + (lmat & 1) * 8;
     float acc[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-            acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
-
-#pragma unroll
-    for (int st = 0; st < CONV_STAGES - 1; st++) {
-        if (st < chunks) issue(st);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-    for (int kc = 0; kc < chunks; kc++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(CONV_STAGES - 2) : "memory");
-        __syncthreads();
-        if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+    conv_zero(acc);
+    conv_pipeline(chunks, issue, [&](int kc) {
         const unsigned st = sm0 + 2 * (kc % CONV_STAGES) * STAGE;
         conv_chunk_mma(acc, st + 2 * a_off, CONV_LDS, st + 2 * b_off);
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    });
 
     conv_epilogue<BN>(acc, s0, n0, steps, taps * cin, W, ldw, n_out, C, ldc, beta, post,
                       alpha2, inv_beta2);
@@ -332,28 +346,13 @@ __device__ __forceinline__ void codec_conv_win_body(
     const int a_off = (wm * 32 + (lmat & 1) * 8 + lrow) * wld + (lmat >> 1) * 8;
     const int b_off = (wnb * 32 + (lmat >> 1) * 8 + lrow) * CONV_LDS + (lmat & 1) * 8;
     float acc[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-            acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
-
+    conv_zero(acc);
     // the window travels in the first chunk's commit group
-#pragma unroll
-    for (int st = 0; st < CONV_STAGES - 1; st++) {
-        if (st < chunks) issue(st);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-    for (int kc = 0; kc < chunks; kc++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(CONV_STAGES - 2) : "memory");
-        __syncthreads();
-        if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
-        asm volatile("cp.async.commit_group;" ::: "memory");
+    conv_pipeline(chunks, issue, [&](int kc) {
         const int k = kc * CONV_BK, j = k / cin, c = k - j * cin;
         conv_chunk_mma(acc, win + 2 * (a_off + j * dil * wld + c), wld,
                        ring + 2 * ((kc % CONV_STAGES) * STAGE + b_off));
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    });
     conv_epilogue<BN>(acc, s0, n0, steps, taps * cin, W, ldw, n_out, C, ldc, beta, post,
                       alpha2, inv_beta2);
 }
