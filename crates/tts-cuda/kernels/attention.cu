@@ -282,8 +282,9 @@ DA_ENTRY(decode_attention_f32, float)
 // (caches of at most FA_SPOS positions: the code predictor's); `fused_attention` (SPOS 0)
 // reads every cached position from the cache, with the small shared-memory footprint the
 // talker's step wants (the larger one measured ~1 us slower per talker layer).
-// Task (h, r) handles q head h of row r, whose tokens are qkv rows r*tpr + i at
-// positions[r*tpr + i], cache row slots[r*tpr] (rows with a negative slot are skipped):
+// Task (h, r) handles q head h of row r (GROUP: every q head of h's group, see FA_ENTRY),
+// whose tokens are qkv rows r*tpr + i at positions[r*tpr + i], cache row slots[r*tpr]
+// (rows with a negative slot are skipped):
 //   0. before the qkv rows are needed (the launch path waits for the previous kernel only
 //      after this): the RoPE angles of the new positions, and the cached K/V rows of
 //      group g = h / (heads / kvh) into shared memory when there are at most SPOS of
@@ -338,7 +339,7 @@ __device__ __forceinline__ void attend_held(const float* q, int n, const float (
     __syncthreads();
 }
 
-template <typename KV, bool CG, int SPOS, bool HELD_ONLY = false>
+template <typename KV, bool CG, int SPOS, bool HELD_ONLY = false, bool GROUP = false>
 __device__ __forceinline__ void fused_attention_body(
     int h, int r, const float* __restrict__ qkv, int ldq, int rows, int tpr,
     const int* __restrict__ slots, const int* __restrict__ positions,
@@ -354,6 +355,9 @@ __device__ __forceinline__ void fused_attention_body(
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int rep = heads / kvh, g = h / rep, kvd = kvh * hd;
     bool writer = h % rep == 0;
+    // GROUP: h is the group's first q head, and the block takes every q head of the group
+    // in turn (the cached rows loaded, k and v normed and stored once)
+    const int nh = GROUP ? rep : 1;
     int pos0 = positions[r * tpr];
     size_t base = (size_t)slot * max_pos * kvd + (size_t)g * hd;
     // 0. what earlier launches wrote
@@ -377,66 +381,77 @@ __device__ __forceinline__ void fused_attention_body(
         pdl_trigger();
     }
     __syncthreads();
-    // 1. task 2i: q of token i, task 2i+1: k of token i (one warp each); then v
-    for (int task = warp; task < 2 * tpr; task += nw) {
-        int i = task >> 1, t = r * tpr + i, pos = positions[t];
-        const float* row = qkv + (size_t)t * ldq;
-        if ((task & 1) == 0) {
-            norm_rope<CG>(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
-                          [&](int e, float v) { s_q[i][e] = v; }, s_cs[i]);
-        } else {
-            KV* dst = k_cache + base + (size_t)pos * kvd;
-            norm_rope<CG>(row + heads * hd + g * hd, k_norm, eps, inv_freq, pos, hd, lane,
-                          [&](int e, float v) {
-                              s_k[first_new + i][e] = kv_round(v, dst);
-                              if (writer) kv_store(dst + e, v);
-                          }, s_cs[i]);
+    for (int j = 0; j < nh; j++) {
+        const int hq = h + j;
+        // 1. task 2i: q of token i, task 2i+1: k of token i (one warp each); then v
+        for (int task = warp; task < 2 * tpr; task += nw) {
+            int i = task >> 1, t = r * tpr + i, pos = positions[t];
+            const float* row = qkv + (size_t)t * ldq;
+            if ((task & 1) == 0) {
+                norm_rope<CG>(row + hq * hd, q_norm, eps, inv_freq, pos, hd, lane,
+                              [&](int e, float v) { s_q[i][e] = v; }, s_cs[i]);
+            } else if (j == 0) {
+                KV* dst = k_cache + base + (size_t)pos * kvd;
+                norm_rope<CG>(row + heads * hd + g * hd, k_norm, eps, inv_freq, pos, hd, lane,
+                              [&](int e, float v) {
+                                  s_k[first_new + i][e] = kv_round(v, dst);
+                                  if (writer) kv_store(dst + e, v);
+                              }, s_cs[i]);
+            }
         }
-    }
-    for (int idx = threadIdx.x; idx < tpr * hd; idx += blockDim.x) {
-        int i = idx / hd, e = idx % hd, t = r * tpr + i;
-        KV* dst = v_cache + base + (size_t)positions[t] * kvd;
-        float v = ld_cg_if<CG>(qkv + (size_t)t * ldq + (heads + kvh) * hd + g * hd + e);
-        s_v[first_new + i][e] = kv_round(v, dst);
-        if (writer) kv_store(dst + e, v);
-    }
-    __syncthreads();
-    // 2. attention, token by token (attend and attend_held end with a barrier)
-    for (int i = 0; i < tpr; i++) {
-        int t = r * tpr + i;
-        float* dst = out + (size_t)t * ldo + h * hd;
-        if (HELD_ONLY || held)
-            attend_held(s_q[i], pos0 + i + 1, s_k, s_v, hd, dst);
-        else if constexpr (!HELD_ONLY)
-            attend<KV, CG>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k,
-                           s_v, hd, dst);
+        for (int idx = threadIdx.x; j == 0 && idx < tpr * hd; idx += blockDim.x) {
+            int i = idx / hd, e = idx % hd, t = r * tpr + i;
+            KV* dst = v_cache + base + (size_t)positions[t] * kvd;
+            float v = ld_cg_if<CG>(qkv + (size_t)t * ldq + (heads + kvh) * hd + g * hd + e);
+            s_v[first_new + i][e] = kv_round(v, dst);
+            if (writer) kv_store(dst + e, v);
+        }
+        __syncthreads();
+        // 2. attention, token by token (attend and attend_held end with a barrier)
+        for (int i = 0; i < tpr; i++) {
+            int t = r * tpr + i;
+            float* dst = out + (size_t)t * ldo + hq * hd;
+            if (HELD_ONLY || held)
+                attend_held(s_q[i], pos0 + i + 1, s_k, s_v, hd, dst);
+            else if constexpr (!HELD_ONLY)
+                attend<KV, CG>(s_q[i], 0, pos0 + i, pos0, k_cache + base, v_cache + base, kvd, s_k,
+                               s_v, hd, dst);
+        }
     }
 }
 
 // With `xb`, as DA_ENTRY: the block's outputs also as split bf16 rows for the O projection
-// (rows * tpr of them).
-#define FA_ENTRY(NAME, KV, SPOS, HO)                                                            \
+// (rows * tpr of them). GROUP kernels: grid (kv heads, rows), the block of group g takes
+// its q heads g * rep .. (g + 1) * rep - 1 in turn, the same sums for each as a block of
+// its own would do.
+#define FA_ENTRY(NAME, KV, SPOS, HO, GROUP)                                                     \
     extern "C" __global__ void __launch_bounds__(128) NAME(                                     \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
         const int* __restrict__ slots, const int* __restrict__ positions,                       \
         const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,          \
         const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache,            \
         KV* v_cache, int max_pos, float* out, int ldo, bf16* xb, int ldxb) {                    \
-        fused_attention_body<KV, false, SPOS, HO>(blockIdx.x, blockIdx.y, qkv, ldq, rows, tpr,  \
-                                                  slots, positions, q_norm, k_norm, eps,        \
-                                                  inv_freq, heads, kvh, hd, k_cache, v_cache,   \
-                                                  max_pos, out, ldo);                           \
-        const int h = blockIdx.x, r = blockIdx.y;                                               \
+        const int nh = GROUP ? heads / kvh : 1, h0 = blockIdx.x * nh, r = blockIdx.y;          \
+        fused_attention_body<KV, false, SPOS, HO, GROUP>(h0, r, qkv, ldq, rows, tpr, slots,     \
+                                                         positions, q_norm, k_norm, eps,        \
+                                                         inv_freq, heads, kvh, hd, k_cache,     \
+                                                         v_cache, max_pos, out, ldo);           \
         if (xb && r < rows && tpr >= 1 && tpr <= FA_MAXT)                                       \
-            for (int i = 0; i < tpr; i++)                                                       \
-                split_row(out + (size_t)(r * tpr + i) * ldo + h * hd, hd, nullptr, 0.f,         \
-                          xb + h * hd, ldxb, rows * tpr, r * tpr + i);                          \
+            for (int h = h0; h < h0 + nh; h++)                                                  \
+                for (int i = 0; i < tpr; i++)                                                   \
+                    split_row(out + (size_t)(r * tpr + i) * ldo + h * hd, hd, nullptr, 0.f,     \
+                              xb + h * hd, ldxb, rows * tpr, r * tpr + i);                      \
     }
-FA_ENTRY(fused_attention, bf16, 0, false)
-FA_ENTRY(fused_attention_f32, float, 0, false)
+FA_ENTRY(fused_attention, bf16, 0, false, false)
+FA_ENTRY(fused_attention_f32, float, 0, false, false)
 // The code predictor's caches (at most FA_SPOS positions) are always held: the bf16 kernel
 // has no long-cache path (55 registers instead of 72; H200, code predictor of one row
 // 1.701 -> 1.605 ms with the sampling copy of the same commit). The f32 one (parity runs)
 // keeps it.
-FA_ENTRY(fused_attention_short, bf16, FA_SPOS, true)
-FA_ENTRY(fused_attention_short_f32, float, FA_SPOS, false)
+FA_ENTRY(fused_attention_short, bf16, FA_SPOS, true, false)
+FA_ENTRY(fused_attention_short_f32, float, FA_SPOS, false, false)
+// ... and by kv-head group (stack.rs: where one block per q head would be more than one
+// wave): half the blocks for 1.7B's code predictor (16 q heads, 8 kv heads), each loading
+// its cached rows and norming its k once for both q heads
+FA_ENTRY(fused_attention_short_group, bf16, FA_SPOS, true, true)
+FA_ENTRY(fused_attention_short_group_f32, float, FA_SPOS, false, true)

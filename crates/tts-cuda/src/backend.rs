@@ -94,6 +94,10 @@ pub struct CudaOptions {
     /// `to_bf16_rows` launch (on by default: code predictor -4.5 % and talker step -3 % at
     /// 32 rows on the H200, same codes); off: the O projection converts its own input.
     pub chain_attention: bool,
+    /// The code predictor's short-cache attention by kv-head group (one block for all the
+    /// q heads of a group) always / never; None, the default: when one block per q head
+    /// would be more than the device holds at once (`stack::short_attention_by_group`).
+    pub group_attention: Option<bool>,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -263,6 +267,7 @@ impl Default for CudaOptions {
             wide_linear: false,
             chain_split: true,
             chain_attention: true,
+            group_attention: None,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
@@ -410,6 +415,7 @@ impl CudaBackend {
         ws.scratch.paths.wide &= opts.wide_linear;
         ws.scratch.paths.chain_split &= opts.chain_split;
         ws.scratch.paths.chain_attention = opts.chain_attention;
+        ws.scratch.paths.group_attention = opts.group_attention;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

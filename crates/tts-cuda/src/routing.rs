@@ -162,6 +162,10 @@ pub struct LinearPaths {
     /// The attention kernels write the O projection's split input rows when it reads
     /// split rows (`GemmScratch::split_target`).
     pub chain_attention: bool,
+    /// Whether the code predictor's short-cache attention takes one block per kv-head
+    /// group instead of one per q head: always / never (parity tests, benchmarks), else
+    /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).
+    pub group_attention: Option<bool>,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,

@@ -61,6 +61,7 @@ pub fn run_layers(
     let ldq = qd + 2 * kvd;
     let layer_bytes = (kv.rows * kv.max_pos * kvd * ws.kv_elem) as u64;
     let f32_kv = ws.kv_elem == 4;
+    let by_group = short_attention_by_group(gpu, ws, s, tok, kv, mode)?;
     for (l, layer) in s.layers.iter().enumerate() {
         let (kc, vc) = (kv.k + l as u64 * layer_bytes, kv.v + l as u64 * layer_bytes);
         let x = Rows {
@@ -162,13 +163,19 @@ pub fn run_layers(
                 // a cache short enough to sit in shared memory (the code predictor's)
                 let short = kv.max_pos <= SHORT_CACHE_POSITIONS;
                 gpu.launch(
-                    match (short, f32_kv) {
-                        (true, true) => "fused_attention_short_f32",
-                        (true, false) => "fused_attention_short",
-                        (false, true) => "fused_attention_f32",
-                        (false, false) => "fused_attention",
+                    match (short, by_group, f32_kv) {
+                        (true, true, true) => "fused_attention_short_group_f32",
+                        (true, true, false) => "fused_attention_short_group",
+                        (true, false, true) => "fused_attention_short_f32",
+                        (true, false, false) => "fused_attention_short",
+                        (false, _, true) => "fused_attention_f32",
+                        (false, _, false) => "fused_attention",
                     },
-                    (d.heads as u32, rows as u32, 1),
+                    (
+                        if by_group { d.kv_heads } else { d.heads } as u32,
+                        rows as u32,
+                        1,
+                    ),
                     128,
                     &[
                         &[
@@ -270,4 +277,37 @@ pub fn final_norm(
             Arg::I(n as i32),
         ],
     )
+}
+
+/// Whether the short-cache attention (`fused_attention_short*`) of `tok` takes one block
+/// per (kv-head group, row), each doing all the group's q heads in turn, instead of one
+/// per (q head, row): as `LinearPaths::group_attention` says, else when the per-head grid
+/// is more than the device holds at once (H200, 1.7B's code predictor: the 96- and 128-row
+/// calls measured, not those of 64 rows or fewer), where half the blocks, each loading
+/// its cached rows once, finish sooner.
+fn short_attention_by_group(
+    gpu: &Gpu,
+    ws: &Workspace,
+    s: &DevStack,
+    tok: Tokens,
+    kv: Kv,
+    mode: Attention,
+) -> Result<bool, CudaError> {
+    let d = &s.dims;
+    let Attention::Fused { tokens_per_row } = mode else {
+        return Ok(false);
+    };
+    if kv.max_pos > SHORT_CACHE_POSITIONS || d.heads == d.kv_heads {
+        return Ok(false);
+    }
+    if let Some(by_group) = ws.scratch.paths.group_attention {
+        return Ok(by_group);
+    }
+    let name = if ws.kv_elem == 4 {
+        "fused_attention_short_f32"
+    } else {
+        "fused_attention_short"
+    };
+    let at_once = gpu.blocks_per_sm(name, 128, 0)? as usize * gpu.sm_count as usize;
+    Ok(tok.n / tokens_per_row * d.heads > at_once)
 }

@@ -891,6 +891,49 @@ fn chained_split_rows_match_separate_conversion() {
     }
 }
 
+/// The code predictor's short-cache attention by kv-head group (one block doing every q
+/// head of its group, `CudaOptions::group_attention`) computes what one block per q head
+/// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same
+/// last-head logits, with f32 caches and with the production bf16 ones; on the demo model
+/// (2 q heads, 1 kv head) and the full-size 1.7B geometry (16, 8).
+#[test]
+fn grouped_attention_matches_one_block_per_head() {
+    let test = "grouped_attention_matches_one_block_per_head";
+    let rows = 20usize;
+    let opts = |exact, by_group| {
+        let mut o = CudaOptions {
+            group_attention: Some(by_group),
+            ..options(exact)
+        };
+        o.limits.max_slots = 24;
+        o.limits.max_batch = 32;
+        o
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, rows, 3, |i| {
+            format!("Request {i}, its code predictor attending by group.")
+        });
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 70 + i).collect();
+        for (caches, exact) in [("f32", true), ("bf16", false)] {
+            let Some(per_head) =
+                lock_step_on(&model, test, opts(exact, false), &prompts, &seeds, 4)
+            else {
+                return;
+            };
+            let grouped =
+                lock_step_on(&model, test, opts(exact, true), &prompts, &seeds, 4).unwrap();
+            assert_same_run(
+                &format!("{name}, {caches} caches, by group"),
+                &grouped,
+                &per_head,
+                1e-6,
+            );
+            eprintln!("{test}: {name}, {rows} rows, {caches} caches: 4 frames identical");
+        }
+    }
+}
+
 /// Stage calls of 128 rows (the server's largest bucket) keep each request in its own
 /// row: 128 requests, prefilled 8 at a time, then 2 frames in lock step (code predictor,
 /// talker step, twice: the code 0 of both frames is sampled with EOS masked, so no row can

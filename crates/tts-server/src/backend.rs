@@ -106,6 +106,14 @@ pub fn create_cuda(
             tts_cuda::CudaOptions::default().prefix_cache,
             "prompt heads",
         )?,
+        // the code predictor's attention by kv-head group: 1 always, 0 never, unset: when
+        // one block per q head would be more than the device holds at once
+        group_attention: match std::env::var("QWEN3_TTS_GROUP_ATTENTION").as_deref() {
+            Ok("1") => Some(true),
+            Ok("0") => Some(false),
+            Ok(v) => anyhow::bail!("QWEN3_TTS_GROUP_ATTENTION={v}: expected 1 or 0 (unset: auto)"),
+            Err(_) => None,
+        },
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
         // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
         codec_implicit: parsed_knob(
