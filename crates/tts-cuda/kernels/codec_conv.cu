@@ -172,6 +172,103 @@ __device__ __forceinline__ void conv_epilogue(const float (&acc)[2][4][4], int s
     }
 }
 
+// conv_epilogue for the window kernels, with the tile's stores coalesced: the warps leave
+// acc + bias in shared memory (`stage`: 64 · (BN + 4) floats nothing else reads now), 64
+// steps at a time, and the block writes whole 16-byte runs of each step's outputs (the
+// warps' own stores touched 8 rows of 32 bytes, half used, per instruction: Nsight put
+// them at about half of the window kernel's time). The same operations on each output in
+// the same order as conv_epilogue (bias, then beta · C, then the activation): the same
+// bits. Starts and ends with a block barrier.
+template <int BN>
+__device__ __forceinline__ void conv_epilogue_staged(
+    const float (&acc)[2][4][4], int s0, int n0, int steps, int K,
+    const unsigned short* __restrict__ W, int ldw, int n_out, float* __restrict__ C, int ldc,
+    float beta, int post, const float* __restrict__ alpha2, const float* __restrict__ inv_beta2,
+    float* stage) {
+    constexpr int THREADS = BN * 4, SLD = BN + 4, QUADS = BN / 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 3, wnb = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    if (post >= 0 && n0 + BN >= n_out) {
+        const int pads = ldc - n_out;
+        for (int e = tid; e < CONV_BM * pads; e += THREADS) {
+            const int so = s0 + e / pads, col = n_out + e % pads;
+            if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
+        }
+    }
+    float bias[8];
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const int n = n0 + wnb * 32 + (q >> 1) * 8 + 2 * t + (q & 1);
+        bias[q] = n < n_out ? half_bits_to_f32(W[(size_t)n * ldw + K]) : 0.f;
+    }
+    const bool vec = (ldc & 3) == 0 && (((size_t)C) & 15) == 0;
+    // THREADS is a multiple of QUADS: a thread's 4 columns are the same on every pass of
+    // the copy below, so their activation parameters load once, here
+    static_assert(THREADS % QUADS == 0, "a thread's columns are fixed");
+    const int qd = tid % QUADS, n = n0 + 4 * qd;
+    float a4[4] = {0.f, 0.f, 0.f, 0.f}, ib4[4] = {0.f, 0.f, 0.f, 0.f};
+    if (post == 1) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int nu = min(n + u, n_out - 1);
+            a4[u] = alpha2[nu];
+            ib4[u] = inv_beta2[nu];
+        }
+    }
+    for (int half = 0; half < 2; half++) {
+        __syncthreads();
+        if ((wm >> 1) == half) {
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                const int ni = q >> 1, e = q & 1, col = wnb * 32 + ni * 8 + 2 * t + e;
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        stage[((wm & 1) * 32 + mi * 16 + g + h * 8) * SLD + col] =
+                            acc[mi][ni][h * 2 + e] + bias[q];
+            }
+        }
+        __syncthreads();
+        for (int r = tid / QUADS; r < 64; r += THREADS / QUADS) {
+            const int so = s0 + half * 64 + r;
+            if (so >= steps || n >= n_out) continue;
+            const float4 sv = *reinterpret_cast<const float4*>(&stage[r * SLD + 4 * qd]);
+            float v[4] = {sv.x, sv.y, sv.z, sv.w};
+            float* o = C + (size_t)so * ldc + n;
+            const bool whole = vec && n + 4 <= n_out;
+            if (beta != 0.f) {
+                if (whole) {
+                    const float4 c4 = *reinterpret_cast<const float4*>(o);
+                    v[0] = fmaf(beta, c4.x, v[0]);
+                    v[1] = fmaf(beta, c4.y, v[1]);
+                    v[2] = fmaf(beta, c4.z, v[2]);
+                    v[3] = fmaf(beta, c4.w, v[3]);
+                } else {
+                    for (int u = 0; u < 4 && n + u < n_out; u++) v[u] = fmaf(beta, o[u], v[u]);
+                }
+            }
+            if (post == 1) {
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const float sn = snake_sin(v[u] * a4[u]);
+                    v[u] = v[u] + ib4[u] * sn * sn;
+                }
+            } else if (post > 1) {
+#pragma unroll
+                for (int u = 0; u < 4; u++) v[u] = codec_act(v[u], post, alpha2, inv_beta2, min(n + u, n_out - 1));
+            }
+            if (whole) {
+                *reinterpret_cast<float4*>(o) = make_float4(v[0], v[1], v[2], v[3]);
+            } else {
+                for (int u = 0; u < 4 && n + u < n_out; u++) o[u] = v[u];
+            }
+        }
+    }
+    __syncthreads();
+}
+
 // The warps' products of one 32-wide K chunk: A rows at a_addr (+16 rows per mi, row stride
 // a_ld halves), B rows at b_addr (+16 per np, stride CONV_LDS), both as ldmatrix addresses.
 __device__ __forceinline__ void conv_chunk_mma(float (&acc)[2][4][4], unsigned a_addr, int a_ld,
@@ -200,20 +297,20 @@ __device__ __forceinline__ void conv_zero(float (&acc)[2][4][4]) {
             acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
 }
 
-// The K loop of a tile: chunk kc's operands are copied into ring stage kc % CONV_STAGES by
+// The K loop of a tile: chunk kc's operands are copied into ring stage kc % STAGES by
 // issue(kc) (cp.async; one commit group per chunk, the window variant's window in the
-// first), CONV_STAGES - 1 chunks ahead of mma(kc), which multiplies that stage.
-template <typename Issue, typename Mma>
+// first), STAGES - 1 chunks ahead of mma(kc), which multiplies that stage.
+template <int STAGES, typename Issue, typename Mma>
 __device__ __forceinline__ void conv_pipeline(int chunks, Issue issue, Mma mma) {
 #pragma unroll
-    for (int st = 0; st < CONV_STAGES - 1; st++) {
+    for (int st = 0; st < STAGES - 1; st++) {
         if (st < chunks) issue(st);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     for (int kc = 0; kc < chunks; kc++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(CONV_STAGES - 2) : "memory");
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
         __syncthreads();
-        if (kc + CONV_STAGES - 1 < chunks) issue(kc + CONV_STAGES - 1);
+        if (kc + STAGES - 1 < chunks) issue(kc + STAGES - 1);
         asm volatile("cp.async.commit_group;" ::: "memory");
         mma(kc);
     }
@@ -284,7 +381,7 @@ __device__ __forceinline__ void codec_conv_body(
     const int b_off = (CONV_BM + wnb * 32 + (lmat >> 1) * 8 + lrow) * CONV_LDS + (lmat & 1) * 8;
     float acc[2][4][4];
     conv_zero(acc);
-    conv_pipeline(chunks, issue, [&](int kc) {
+    conv_pipeline<CONV_STAGES>(chunks, issue, [&](int kc) {
         const unsigned st = sm0 + 2 * (kc % CONV_STAGES) * STAGE;
         conv_chunk_mma(acc, st + 2 * a_off, CONV_LDS, st + 2 * b_off);
     });
@@ -299,9 +396,17 @@ __device__ __forceinline__ void codec_conv_body(
 // so that 8 consecutive rows hit distinct banks), into shared memory once; tap j of the
 // tile is then the window from row j·dil, and only the weight chunks stream through the
 // ring. The same products as codec_conv_body (each a step's f16 input times an f16
-// weight), summed in the same order. codec_conv_body loads each input value once per tap
-// and per output tile (21 times for 7 taps and 96 outputs in tiles of 32).
-// Dynamic shared memory: (CONV_BM + ctx) · (cin + 8) + CONV_STAGES · BN · CONV_LDS halves.
+// weight), summed in the same order: K in steps of 16, tap-major. codec_conv_body loads
+// each input value once per tap and per output tile (21 times for 7 taps and 96 outputs in
+// tiles of 32).
+// The ring holds CONV_WIN_STAGES chunks of CONV_WIN_BK weights per output (one barrier per
+// 64 of K; a chunk may span two taps), each output's 128-byte row with its 16-byte pieces
+// at piece ^ (output & 7), so the 8 rows of an ldmatrix hit distinct banks with no padding
+// (two 192-channel blocks then fit a multiprocessor). The tap and channel of each k16 step
+// advance by addition (a division per chunk was a fifth of the kernel's issue slots).
+// Dynamic shared memory: (CONV_BM + ctx) · (cin + 8) + CONV_WIN_STAGES · BN · CONV_WIN_BK halves.
+#define CONV_WIN_BK 64
+#define CONV_WIN_STAGES 3
 template <int BN>
 __device__ __forceinline__ void codec_conv_win_body(
     const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,
@@ -309,7 +414,7 @@ __device__ __forceinline__ void codec_conv_win_body(
     int ldw, int n_out, float* __restrict__ C, int ldc, float beta, int post,
     const float* __restrict__ alpha2, const float* __restrict__ inv_beta2) {
     constexpr int THREADS = BN * 4;
-    constexpr int STAGE = BN * CONV_LDS;
+    constexpr int STAGE = BN * CONV_WIN_BK;  // halves per ring stage
     extern __shared__ __align__(16) unsigned short conv_sm[];
     CodecMeta meta{meta_p, R};
     const int ctx = (taps - 1) * dil, wld = cin + 8, wrows = CONV_BM + ctx;
@@ -317,7 +422,8 @@ __device__ __forceinline__ void codec_conv_win_body(
     const int n0 = (blockIdx.x % tiles_n) * BN;
     const int s0 = (blockIdx.x / tiles_n) * CONV_BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int chunks = taps * cin / CONV_BK;
+    const int K = taps * cin;
+    const int chunks = (K + CONV_WIN_BK - 1) / CONV_WIN_BK;
     const unsigned win = conv_smem(conv_sm);
     const unsigned ring = win + 2 * wrows * wld;
 
@@ -333,28 +439,160 @@ __device__ __forceinline__ void codec_conv_win_body(
         conv_cp16(win + 2 * (w * wld + p * 8), ok ? xe + (size_t)(base + w) * cin + p * 8 : xe,
                   ok ? 16 : 0);
     }
-    const int part = (tid & 3) * 8, wn = tid >> 2;
+    // weights: thread tid copies pieces 2(tid & 3) and 2(tid & 3) + 1 of output wn's chunk
+    const int wn = tid >> 2, q0 = (tid & 3) * 2;
     const bool wvalid = n0 + wn < n_out;
-    const unsigned short* wrow = W + (size_t)(wvalid ? n0 + wn : 0) * ldw + part;
+    const unsigned short* wrow = W + (size_t)(wvalid ? n0 + wn : 0) * ldw + q0 * 8;
+    const unsigned wdst = ring + 2 * wn * CONV_WIN_BK;
     auto issue = [&](int kc) {
-        conv_cp16(ring + 2 * ((kc % CONV_STAGES) * STAGE + wn * CONV_LDS + part),
-                  wvalid ? wrow + kc * CONV_BK : W, wvalid ? 16 : 0);
+        const unsigned st = wdst + 2 * (kc % CONV_WIN_STAGES) * STAGE;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int k = kc * CONV_WIN_BK + (q0 + u) * 8;
+            const bool ok = wvalid && k < K;
+            conv_cp16(st + 16 * ((q0 + u) ^ (wn & 7)), ok ? wrow + kc * CONV_WIN_BK + u * 8 : W,
+                      ok ? 16 : 0);
+        }
     };
 
     const int wm = warp & 3, wnb = warp >> 2;
     const int lrow = lane & 7, lmat = lane >> 3;
     const int a_off = (wm * 32 + (lmat & 1) * 8 + lrow) * wld + (lmat >> 1) * 8;
-    const int b_off = (wnb * 32 + (lmat >> 1) * 8 + lrow) * CONV_LDS + (lmat & 1) * 8;
+    // B rows (outputs) of this lane's ldmatrix for the two n16 halves of the warp's 32
+    const int b_row = wnb * 32 + (lmat >> 1) * 8 + lrow;
+    const unsigned b_base = ring + 2 * b_row * CONV_WIN_BK;
     float acc[2][4][4];
     conv_zero(acc);
+    int j = 0, c = 0;  // tap and channel of the next k16 step
     // the window travels in the first chunk's commit group
-    conv_pipeline(chunks, issue, [&](int kc) {
-        const int k = kc * CONV_BK, j = k / cin, c = k - j * cin;
-        conv_chunk_mma(acc, win + 2 * (a_off + j * dil * wld + c), wld,
-                       ring + 2 * ((kc % CONV_STAGES) * STAGE + b_off));
+    conv_pipeline<CONV_WIN_STAGES>(chunks, issue, [&](int kc) {
+        const unsigned st = b_base + 2 * (kc % CONV_WIN_STAGES) * STAGE;
+#pragma unroll
+        for (int s = 0; s < CONV_WIN_BK / 16; s++) {
+            if (kc * CONV_WIN_BK + s * 16 >= K) break;
+            unsigned a[2][4], b[2][4];
+            const unsigned a_addr = win + 2 * (a_off + j * dil * wld + c);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) conv_ldsm4(a_addr + 2 * mi * 16 * wld, a[mi]);
+            const unsigned piece = 16 * ((2 * s + (lmat & 1)) ^ lrow);
+#pragma unroll
+            for (int np = 0; np < 2; np++)
+                conv_ldsm4(st + 2 * np * 16 * CONV_WIN_BK + piece, b[np]);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+                    conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2],
+                             b[ni >> 1][(ni & 1) * 2 + 1]);
+            c += 16;
+            if (c == cin) {
+                c = 0;
+                j++;
+            }
+        }
     });
-    conv_epilogue<BN>(acc, s0, n0, steps, taps * cin, W, ldw, n_out, C, ldc, beta, post,
-                      alpha2, inv_beta2);
+    conv_epilogue_staged<BN>(acc, s0, n0, steps, K, W, ldw, n_out, C, ldc, beta, post, alpha2,
+                             inv_beta2, reinterpret_cast<float*>(conv_sm));
+}
+
+// The window kernel with the weights resident (codec_conv_win96r: layers of 96 outputs,
+// whose K = taps·cin weights per output fit shared memory beside two windows): one block
+// per multiprocessor copies all the weights once (rows of K + 8 halves), then takes tiles
+// blockIdx.x, + gridDim.x, ...; the next tile's window loads while this one multiplies,
+// and the K loop reads only shared memory, with no barrier, each k16 step's fragments
+// loaded one step ahead. Per tile the same products in the same order as
+// codec_conv_win_body (and so codec_conv_body): the same bits.
+// Dynamic shared memory: 96 · (K + 8) + 2 · (CONV_BM + ctx) · (cin + 8) halves.
+__device__ __forceinline__ void conv_win_tile_mma(float (&acc)[2][4][4], unsigned a0, int a_ld,
+                                                  unsigned b0, int b_ld, int K, int cin,
+                                                  int dil) {
+    unsigned a[2][2][4], b[2][2][4];
+    auto load = [&](int buf, int j, int c, int k) {
+        const unsigned aa = a0 + 2 * (j * dil * a_ld + c);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) conv_ldsm4(aa + 2 * mi * 16 * a_ld, a[buf][mi]);
+#pragma unroll
+        for (int np = 0; np < 2; np++) conv_ldsm4(b0 + 2 * (np * 16 * b_ld + k), b[buf][np]);
+    };
+    auto mma = [&](int buf) {
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+                conv_mma(acc[mi][ni], a[buf][mi], b[buf][ni >> 1][(ni & 1) * 2],
+                         b[buf][ni >> 1][(ni & 1) * 2 + 1]);
+    };
+    // (j, c): tap and channel of step k; K is a multiple of 32, so steps come in pairs
+    int j = 0, c = 0;
+    load(0, 0, 0, 0);
+    for (int k = 0; k < K; k += 32) {
+        c += 16;
+        if (c == cin) c = 0, j++;
+        load(1, j, c, k + 16);
+        mma(0);
+        c += 16;
+        if (c == cin) c = 0, j++;
+        if (k + 32 < K) load(0, j, c, k + 32);
+        mma(1);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) codec_conv_win96r(
+    const unsigned short* __restrict__ xe, int cin, int taps, int dil, int rate,
+    const int* __restrict__ meta_p, int R, int steps, const unsigned short* __restrict__ W,
+    int ldw, int n_out, float* __restrict__ C, int ldc, float beta, int post,
+    const float* __restrict__ alpha2, const float* __restrict__ inv_beta2) {
+    constexpr int BN = 96, THREADS = BN * 4;
+    extern __shared__ __align__(16) unsigned short conv_sm[];
+    CodecMeta meta{meta_p, R};
+    const int ctx = (taps - 1) * dil, wld = cin + 8, wrows = CONV_BM + ctx;
+    const int K = taps * cin, kld = K + 8;
+    const int tiles = (steps + CONV_BM - 1) / CONV_BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned wsm = conv_smem(conv_sm);
+    const unsigned win0 = wsm + 2 * BN * kld;
+    const unsigned win_bytes = 2 * wrows * wld;
+    const int pieces = cin / 8, kpieces = K / 8;
+    // all the weights (rows past n_out zero), in the first commit group with tile 0's window
+    for (int e = tid; e < BN * kpieces; e += THREADS) {
+        const int n = e / kpieces, p = e - n * kpieces;
+        const bool ok = n < n_out;
+        conv_cp16(wsm + 2 * (n * kld + p * 8), ok ? W + (size_t)n * ldw + p * 8 : W, ok ? 16 : 0);
+    }
+    auto fill = [&](int t, unsigned buf) {
+        const int s0 = t * CONV_BM;
+        const int row = meta.frame_row(s0 / rate);
+        const long long base = row >= 0 ? (long long)s0 + (long long)row * ctx : -1;
+        for (int e = tid; e < wrows * pieces; e += THREADS) {
+            const int w = e / pieces, p = e - w * pieces;
+            const bool ok = base >= 0 && s0 - ctx + w < steps;
+            conv_cp16(buf + 2 * (w * wld + p * 8), ok ? xe + (size_t)(base + w) * cin + p * 8 : xe,
+                      ok ? 16 : 0);
+        }
+    };
+    const int wm = warp & 3, wnb = warp >> 2;
+    const int lrow = lane & 7, lmat = lane >> 3;
+    const int a_off = (wm * 32 + (lmat & 1) * 8 + lrow) * wld + (lmat >> 1) * 8;
+    const unsigned b0 = wsm + 2 * ((wnb * 32 + (lmat >> 1) * 8 + lrow) * kld + (lmat & 1) * 8);
+    int i = 0;
+    if ((int)blockIdx.x < tiles) fill(blockIdx.x, win0);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x, i++) {
+        const unsigned cur = win0 + (i & 1) * win_bytes;
+        if (t + (int)gridDim.x < tiles) fill(t + gridDim.x, win0 + ((i + 1) & 1) * win_bytes);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        __syncthreads();
+        float acc[2][4][4];
+        conv_zero(acc);
+        conv_win_tile_mma(acc, cur + 2 * a_off, wld, b0, kld, K, cin, dil);
+        // the tile's window is done with: it stages the outputs (the epilogue's barriers
+        // also keep the next iteration's fill from rewriting it early)
+        conv_epilogue_staged<BN>(acc, t * CONV_BM, 0, steps, K, W, ldw, n_out, C, ldc, beta,
+                                 post, alpha2, inv_beta2,
+                                 reinterpret_cast<float*>(conv_sm) + (cur - wsm) / 4);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 #define CODEC_CONV_ENTRY(NAME, BODY, BN)                                                      \

@@ -55,6 +55,10 @@ pub struct CudaOptions {
     /// from a window copied once into shared memory (`codec_conv_win*`); off:
     /// `codec_conv_mma*`, which copies it once per tap and output tile.
     pub codec_conv_window: bool,
+    /// ... and keep a layer's weights in shared memory where they fit
+    /// (`codec_conv_win96r`, the 96-channel residual units); off: `codec_conv_win96`,
+    /// which streams them through a ring per tile.
+    pub codec_conv_resident: bool,
     /// Time the linear-layer kernels on the model's shapes at start-up and route each
     /// batched shape to the fastest (`routing::autotune`); off (the default, and what the
     /// end-to-end results were measured with): the static rule.
@@ -258,6 +262,7 @@ impl Default for CudaOptions {
             codec_small_gemv: true,
             codec_implicit: ImplicitConv::default(),
             codec_conv_window: true,
+            codec_conv_resident: true,
             autotune: false,
             pdl: true,
             lt_linear: false,
@@ -504,6 +509,7 @@ impl CudaBackend {
             c.set_small_gemv(opts.codec_small_gemv);
             c.set_implicit_conv(opts.codec_implicit);
             c.set_conv_window(opts.codec_conv_window);
+            c.set_conv_resident(opts.codec_conv_resident);
             Codec::Gpu(Box::new(c))
         } else {
             Codec::Cpu(

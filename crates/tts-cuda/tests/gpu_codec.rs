@@ -346,12 +346,12 @@ struct ConvRun {
 }
 
 /// Runs the implicit-GEMM convolution (`kernels/codec_conv.cu`, the window kernel when
-/// `window` and the layer fits it) over `geo` and checks it against a host evaluation of the
+/// `window` and the layer fits it, its resident-weights form when also `resident`) over `geo` and checks it against a host evaluation of the
 /// same f16 operands: a causal conv (SnakeBeta on its input) for each output width, beta 0
 /// (over NaN) and 1, input and output rows wider than the layer, and the following
 /// `codec_act_pad` fused into the epilogue (SnakeBeta on the outputs, ones column); also
 /// the history update it writes. Returns every launch's result, in order.
-fn check_implicit_conv(gpu: &Gpu, geo: &ConvGeo, window: bool) -> Vec<ConvRun> {
+fn check_implicit_conv(gpu: &Gpu, geo: &ConvGeo, (window, resident): (bool, bool)) -> Vec<ConvRun> {
     let ConvGeo {
         cin,
         ldx,
@@ -463,6 +463,7 @@ fn check_implicit_conv(gpu: &Gpu, geo: &ConvGeo, window: bool) -> Vec<ConvRun> {
                 beta,
                 post: post.then_some((1, d_alpha2.ptr, d_inv_beta2.ptr)),
                 window,
+                resident,
             };
             let kernel = launch_implicit_conv(gpu, &l)
                 .expect("launch")
@@ -570,7 +571,7 @@ fn implicit_conv_matches_a_host_reference() {
         rate: 4,
         outputs: &[96, 128],
     };
-    let runs = check_implicit_conv(&gpu, &geo, true);
+    let runs = check_implicit_conv(&gpu, &geo, (true, true));
     let kernels: Vec<&str> = runs.iter().map(|r| r.kernel).collect();
     assert_eq!(
         kernels[..3],
@@ -581,10 +582,10 @@ fn implicit_conv_matches_a_host_reference() {
 }
 
 /// The window kernel (`codec_conv_win*`) on a layer whose frames are whole tiles (128 steps,
-/// 96 channels, 7 taps at dilation 9 as the codec's last residual unit): against the host
-/// evaluation, and bit for bit the per-tap kernel's results and history (the same products
-/// summed in the same order), for 96 outputs (one 96-wide tile), 192 (two) and 128 (64-wide
-/// tiles).
+/// 96 channels, 7 taps at dilation 9 as the codec's last residual unit), with the weights
+/// streamed per tile and (96 outputs) resident: against the host evaluation, and bit for
+/// bit the per-tap kernel's results and history (the same products summed in the same
+/// order), for 96 outputs (one 96-wide tile), 192 (two) and 128 (64-wide tiles).
 #[test]
 fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
     let Some(gpu) = gpu_or_skip("window_conv_matches_the_per_tap_kernel_bit_for_bit") else {
@@ -598,8 +599,7 @@ fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
         rate: 128,
         outputs: &[96, 192, 128],
     };
-    let per_tap = check_implicit_conv(&gpu, &geo, false);
-    let window = check_implicit_conv(&gpu, &geo, true);
+    let per_tap = check_implicit_conv(&gpu, &geo, (false, false));
     let names = |runs: &[ConvRun]| runs.iter().map(|r| r.kernel).collect::<Vec<_>>();
     assert_eq!(
         names(&per_tap),
@@ -610,21 +610,22 @@ fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
         ]
         .concat()
     );
-    assert_eq!(
-        names(&window),
-        [
-            ["codec_conv_win96"; 3],
-            ["codec_conv_win96"; 3],
-            ["codec_conv_win64"; 3]
-        ]
-        .concat()
-    );
-    for (i, (a, b)) in per_tap.iter().zip(&window).enumerate() {
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert!(bits(&a.c) == bits(&b.c), "case {i}: outputs differ");
-        assert!(
-            bits(&a.state) == bits(&b.state),
-            "case {i}: history differs"
+    for (resident, first) in [(false, "codec_conv_win96"), (true, "codec_conv_win96r")] {
+        let window = check_implicit_conv(&gpu, &geo, (true, resident));
+        assert_eq!(
+            names(&window),
+            [[first; 3], ["codec_conv_win96"; 3], ["codec_conv_win64"; 3]].concat()
         );
+        for (i, (a, b)) in per_tap.iter().zip(&window).enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&a.c) == bits(&b.c),
+                "{first}, case {i}: outputs differ"
+            );
+            assert!(
+                bits(&a.state) == bits(&b.state),
+                "{first}, case {i}: history differs"
+            );
+        }
     }
 }

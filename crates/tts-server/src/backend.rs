@@ -122,6 +122,8 @@ pub fn create_cuda(
         )?,
         // those whose frames are whole tiles read a shared-memory window (0: codec_conv_mma)
         codec_conv_window: on_unless_zero("QWEN3_TTS_CODEC_CONV_WINDOW"),
+        // ... with a layer's weights resident in shared memory where they fit (0: streamed)
+        codec_conv_resident: on_unless_zero("QWEN3_TTS_CODEC_CONV_RESIDENT"),
         codec_precision: codec_precision_knob()?,
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights

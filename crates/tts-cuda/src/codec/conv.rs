@@ -93,6 +93,8 @@ pub struct ConvLaunch {
     pub post: Option<(i32, u64, u64)>,
     /// Take the window kernel where it fits ([`window_fits`]).
     pub window: bool,
+    /// ... its resident-weights form where that fits ([`resident_fits`]).
+    pub resident: bool,
 }
 
 /// Whether the kernel can take a layer: chunks inside one tap, 16-byte loads of the input
@@ -144,16 +146,37 @@ fn window_tiling(n: usize) -> (&'static str, usize) {
     }
 }
 
+/// The window kernel's weight ring: stages, and halves of K per stage
+/// (`CONV_WIN_STAGES`, `CONV_WIN_BK`).
+const WINDOW_STAGES: usize = 3;
+const WINDOW_CHUNK: usize = 64;
+
 /// Dynamic shared memory of a window block: the window (a tile's steps and `ctx` before
 /// them) and the weight ring.
 fn window_smem(cin: usize, ctx: usize, bn: usize) -> usize {
-    (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2 + STAGES * bn * LDS * 2
+    (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2 + WINDOW_STAGES * bn * WINDOW_CHUNK * 2
 }
 
 /// Whether the window kernel can take a layer (already [`fits`]): its frames are whole
 /// tiles (a tile's steps then lie in one row) and its window fits a block.
 pub fn window_fits(rate: usize, cin: usize, ctx: usize, n: usize) -> bool {
     rate.is_multiple_of(TILE_STEPS) && window_smem(cin, ctx, window_tiling(n).1) <= MAX_SMEM
+}
+
+/// Dynamic shared memory of a `codec_conv_win96r` block: the 96 outputs' weights (rows
+/// of K + 8 halves) and two windows.
+fn resident_smem(cin: usize, taps: usize, ctx: usize) -> usize {
+    96 * (taps * cin + WINDOW_PAD) * 2 + 2 * (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2
+}
+
+/// Whether the resident-weights window kernel can take a layer (already [`fits`]): 96
+/// outputs, frames of whole tiles, its weights and two windows fit a block, and a window
+/// holds half a tile of outputs (its epilogue stages them there: 64 · 100 floats).
+pub fn resident_fits(rate: usize, cin: usize, taps: usize, ctx: usize, n: usize) -> bool {
+    n == 96
+        && rate.is_multiple_of(TILE_STEPS)
+        && resident_smem(cin, taps, ctx) <= MAX_SMEM
+        && (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2 >= 64 * 100 * 4
 }
 
 /// f16 values the activated input of a pass takes: its steps and each row's history.
@@ -219,7 +242,10 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaErr
             Arg::P(l.xh),
         ],
     )?;
-    let (name, bn, smem) = if l.window && window_fits(l.rate, l.cin, ctx, l.n) {
+    let resident = l.window && l.resident && resident_fits(l.rate, l.cin, l.taps, ctx, l.n);
+    let (name, bn, smem) = if resident {
+        ("codec_conv_win96r", 96, resident_smem(l.cin, l.taps, ctx))
+    } else if l.window && window_fits(l.rate, l.cin, ctx, l.n) {
         let (name, bn) = window_tiling(l.n);
         (name, bn, window_smem(l.cin, ctx, bn))
     } else {
@@ -227,7 +253,13 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaErr
         (name, bn, smem_bytes(bn))
     };
     gpu.allow_dynamic_smem(name, smem)?;
-    let blocks = l.steps.div_ceil(TILE_STEPS) * l.n.div_ceil(bn);
+    let tiles = l.steps.div_ceil(TILE_STEPS) * l.n.div_ceil(bn);
+    // the resident kernel: one block per multiprocessor, each taking every gridDim-th tile
+    let blocks = if resident {
+        tiles.min(gpu.sm_count as usize)
+    } else {
+        tiles
+    };
     gpu.launch_with(
         name,
         (blocks as u32, 1, 1),
@@ -290,6 +322,13 @@ mod tests {
         // two 192-channel blocks still fit a multiprocessor (228 KiB, 1 KiB reserved each)
         assert!(2 * (window_smem(192, 54, 96) + 1024) <= 228 << 10);
         assert!(!window_fits(160, 384, 54, 384), "frames not whole tiles");
+        // the 96-channel units keep their weights resident (one block per multiprocessor:
+        // 96 x 680 halves of weights and two windows of 182 x 104)
+        assert!(resident_fits(1920, 96, 7, 54, 96));
+        assert_eq!(resident_smem(96, 7, 54), 130_560 + 75_712);
+        assert!(!resident_fits(640, 192, 7, 54, 192), "not 96 outputs");
+        assert!(!resident_fits(160, 96, 7, 54, 96), "frames not whole tiles");
+        assert!(!resident_fits(1920, 384, 7, 54, 96), "weights too large");
         assert!(!window_fits(128, 1536, 54, 96), "window too large");
     }
 

@@ -77,6 +77,8 @@ pub struct GemmMode {
     pub implicit: ImplicitConv,
     /// Those whose frames are whole tiles take the window kernel (`conv::window_fits`).
     pub conv_window: bool,
+    /// ... with the weights resident where they fit (`conv::resident_fits`).
+    pub conv_resident: bool,
 }
 
 /// Whether `ops[at]` is a convolution's GEMM that cuBLAS runs (not the few-step GEMV)
@@ -221,7 +223,7 @@ fn implicit_conv(
     d: &DevBufs,
     at: usize,
     (steps, pass): (usize, PassCtx),
-    (mode, window): (ImplicitConv, bool),
+    (mode, window, resident): (ImplicitConv, bool, bool),
     half: bool,
 ) -> Option<(ConvLaunch, usize)> {
     let (
@@ -298,6 +300,7 @@ fn implicit_conv(
         beta,
         post,
         window,
+        resident: window && resident,
     };
     ok.then_some((launch, if post.is_some() { 2 } else { 1 }))
 }
@@ -353,6 +356,7 @@ pub fn run(
         conv_f16,
         implicit,
         conv_window,
+        conv_resident,
     } = mode;
     let half = |at: usize, steps: usize| conv_f16 && conv_gemm_f16(&p.ops, at, steps, small_gemv);
     // the few-step GEMVs read the f16 copy of the weights with f16 convolutions on (half
@@ -485,7 +489,7 @@ pub fn run(
                     d,
                     at,
                     (steps, pass),
-                    (implicit, conv_window),
+                    (implicit, conv_window, conv_resident),
                     half_gemm,
                 ) {
                     conv::launch(gpu, &l)?;

@@ -67,6 +67,7 @@ pub const KERNELS: &[&str] = &[
     "codec_conv_mma64",
     "codec_conv_mma32",
     "codec_conv_win96",
+    "codec_conv_win96r",
     "codec_conv_win64",
     "codec_conv_win32",
 ];
@@ -207,6 +208,7 @@ impl DevCodec {
                 conv_f16: false,
                 implicit: ImplicitConv::default(),
                 conv_window: true,
+                conv_resident: true,
             },
             last_pass: None,
         })
@@ -248,6 +250,14 @@ impl DevCodec {
     /// on by default) or `codec_conv_mma*`, for comparisons.
     pub fn set_conv_window(&mut self, on: bool) {
         self.gemm.conv_window = on;
+        self.graphs.clear();
+    }
+
+    /// Whether the window kernel keeps a layer's weights in shared memory where they fit
+    /// (`codec_conv_win96r`: one block per multiprocessor, the weights copied once; on by
+    /// default) or streams them per tile (`codec_conv_win96`), for comparisons.
+    pub fn set_conv_resident(&mut self, on: bool) {
+        self.gemm.conv_resident = on;
         self.graphs.clear();
     }
 
