@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 use tts_cuda::codec::{
     bench_decode, launch_implicit_conv, CodecPrecision, ConvLaunch, DevCodec, ImplicitConv,
+    CAPTURE_AFTER_USES,
 };
 use tts_cuda::device::Gpu;
 use tts_cuda::weights::HostLoader;
@@ -626,6 +627,41 @@ fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
                 bits(&a.state) == bits(&b.state),
                 "{first}, case {i}: history differs"
             );
+        }
+    }
+}
+
+/// A pass shape runs eagerly its first `CAPTURE_AFTER_USES` times and from a graph
+/// captured at the next use, with the same samples bit for bit (each decode starts from
+/// reset streams, so every one decodes the same frames from the same state).
+#[test]
+fn codec_graphs_are_captured_after_repeated_shapes() {
+    let Some(gpu) = gpu_or_skip("codec_graphs_are_captured_after_repeated_shapes") else {
+        return;
+    };
+    let c = case("codec_long_w72");
+    let mut codec = dev_codec(&gpu, &c.model, 2, 8);
+    let (a, b) = (&c.codes[..6], &c.codes[10..13]);
+    let bits = |pcm: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        pcm.iter()
+            .map(|row| row.iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    let mut first = None;
+    for use_ in 1..=CAPTURE_AFTER_USES + 2 {
+        codec.reset_slot(&gpu, 0).expect("reset");
+        codec.reset_slot(&gpu, 1).expect("reset");
+        let pcm = codec.decode(&gpu, &[(0, a), (1, b)]).expect("decode");
+        assert_eq!(pcm[0].len(), 6 * 1920);
+        assert_eq!(
+            codec.captured_graphs(),
+            usize::from(use_ > CAPTURE_AFTER_USES),
+            "graphs after use {use_}"
+        );
+        let got = bits(&pcm);
+        match &first {
+            None => first = Some(got),
+            Some(want) => assert!(&got == want, "use {use_}: samples differ from the first"),
         }
     }
 }

@@ -112,6 +112,8 @@ pub struct DevCodec {
     /// Captured passes by (frames, rows); see [`DevCodec::set_graphs`].
     graphs: HashMap<(usize, usize), Graph>,
     graphs_on: bool,
+    /// Passes decoded so far, by shape (see [`CAPTURE_AFTER_USES`]).
+    uses: HashMap<(usize, usize), u32>,
     prog: Program,
     bufs: DevBufs,
     layout: InputLayout,
@@ -126,6 +128,13 @@ pub struct DevCodec {
 
 /// Most pass shapes (frames, rows) kept as captured graphs.
 pub const MAX_CODEC_GRAPHS: usize = 256;
+
+/// A pass shape's decodes that run eagerly before its graph is captured (at the next). A
+/// capture stops the engine for several milliseconds (a fresh server at 120-125 req/s on the
+/// H200 had 150-215 codec calls of over 10 ms in its first 90 s against ~1 once warm, and
+/// at 125 req/s never drained the queue they built), while an eager pass costs ~0.4 ms more
+/// than a replay at 32 rows: shapes seen a few times only are not worth a capture.
+pub const CAPTURE_AFTER_USES: u32 = 8;
 
 fn input_err(msg: String) -> CudaError {
     CudaError::Shape(format!("codec input: {msg}"))
@@ -195,6 +204,7 @@ impl DevCodec {
         Ok(Self {
             graphs: HashMap::new(),
             graphs_on: true,
+            uses: HashMap::new(),
             prog,
             bufs,
             layout,
@@ -261,8 +271,9 @@ impl DevCodec {
         self.graphs.clear();
     }
 
-    /// Replays each pass shape (frames, rows) from a CUDA graph captured at its first use
-    /// (on by default; at most [`MAX_CODEC_GRAPHS`] shapes, later ones run eagerly).
+    /// Replays each pass shape (frames, rows) from a CUDA graph, captured once the shape
+    /// has run eagerly [`CAPTURE_AFTER_USES`] times (on by default; at most
+    /// [`MAX_CODEC_GRAPHS`] shapes, later ones run eagerly).
     pub fn set_graphs(&mut self, on: bool) {
         self.graphs_on = on;
         self.graphs.clear();
@@ -359,17 +370,29 @@ impl DevCodec {
         });
         gpu.write(&mut self.bufs.inputs, &v)?;
         let frames = pass.iter().map(|p| p.frames).sum();
-        self.launch_pass(gpu, frames, pass.len())?;
+        self.launch_pass(gpu, frames, pass.len(), CAPTURE_AFTER_USES)?;
         state::advance(&mut self.book, pass);
         Ok(frames)
     }
 
     /// The launches of one pass over the inputs already on the device: a graph replay
-    /// when graphs are on (captured at the shape's first use), else eager.
-    fn launch_pass(&mut self, gpu: &Gpu, frames: usize, rows: usize) -> Result<(), CudaError> {
+    /// when graphs are on (captured once the shape has run eagerly `eager_uses` times),
+    /// else eager.
+    fn launch_pass(
+        &mut self,
+        gpu: &Gpu,
+        frames: usize,
+        rows: usize,
+        eager_uses: u32,
+    ) -> Result<(), CudaError> {
         let key = (frames, rows);
         self.last_pass = Some(key);
-        if self.graphs_on && !self.graphs.contains_key(&key) && self.graphs.len() < MAX_CODEC_GRAPHS
+        let uses = self.uses.entry(key).or_insert(0);
+        *uses = uses.saturating_add(1);
+        if self.graphs_on
+            && *uses > eager_uses
+            && !self.graphs.contains_key(&key)
+            && self.graphs.len() < MAX_CODEC_GRAPHS
         {
             let g = Graph::capture(gpu, |gpu| self.enqueue_launches(gpu, frames, rows))?;
             self.graphs.insert(key, g);
@@ -378,6 +401,11 @@ impl DevCodec {
             Some(g) if self.graphs_on => g.launch(),
             _ => self.enqueue_launches(gpu, frames, rows),
         }
+    }
+
+    /// Pass shapes captured as graphs so far.
+    pub fn captured_graphs(&self) -> usize {
+        self.graphs.len()
     }
 
     /// Shape (frames, rows) of the last pass launched.
@@ -390,7 +418,8 @@ impl DevCodec {
     /// and KV values; the host's stream positions do not move).
     pub fn replay_last_pass(&mut self, gpu: &Gpu) -> Result<(), CudaError> {
         match self.last_pass {
-            Some((frames, rows)) => self.launch_pass(gpu, frames, rows),
+            // benchmarks time replays: the graph is captured at once
+            Some((frames, rows)) => self.launch_pass(gpu, frames, rows, 0),
             None => Ok(()),
         }
     }
@@ -448,7 +477,10 @@ pub fn bench_decode(
         .enumerate()
         .map(|(s, c)| (s, c.as_slice()))
         .collect();
-    codec.decode(gpu, &rows)?;
+    // past the eager uses, so that with graphs on the timed calls replay the graph
+    for _ in 0..=CAPTURE_AFTER_USES {
+        codec.decode(gpu, &rows)?;
+    }
     let t = Instant::now();
     for _ in 0..iters.max(1) {
         codec.decode(gpu, &rows)?;
