@@ -130,10 +130,11 @@ pub struct DevCodec {
 pub const MAX_CODEC_GRAPHS: usize = 256;
 
 /// A pass shape's decodes that run eagerly before its graph is captured (at the next). A
-/// capture stops the engine for several milliseconds (a fresh server at 120-125 req/s on the
-/// H200 had 150-215 codec calls of over 10 ms in its first 90 s against ~1 once warm, and
-/// at 125 req/s never drained the queue they built), while an eager pass costs ~0.4 ms more
-/// than a replay at 32 rows: shapes seen a few times only are not worth a capture.
+/// capture is host work while the GPU waits for the engine, and a fresh server meets
+/// hundreds of shapes (on the H200 at 120-125 req/s its first 90 s had 150-215 codec calls
+/// of over 10 ms, a warm server's ~1; at 125 req/s its queue never drained, with this rule
+/// it did), while an eager pass costs ~0.4 ms more than a replay at 32 rows: shapes seen a
+/// few times only are not worth a capture.
 pub const CAPTURE_AFTER_USES: u32 = 8;
 
 fn input_err(msg: String) -> CudaError {
