@@ -110,6 +110,19 @@ __device__ __forceinline__ void conv_mma(float* c, const unsigned* a, unsigned b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// With post >= 0 (codec_act_pad fused into the epilogue), by the blocks of a layer's last
+// output tile: the ones/zero columns n_out..ldc of the tile's steps (the next GEMM's bias).
+template <int THREADS>
+__device__ __forceinline__ void conv_pad_columns(int s0, bool last_tile, int steps, int n_out,
+                                                 float* __restrict__ C, int ldc, int post) {
+    if (post < 0 || !last_tile) return;
+    const int pads = ldc - n_out;
+    for (int e = threadIdx.x; e < CONV_BM * pads; e += THREADS) {
+        const int so = s0 + e / pads, col = n_out + e % pads;
+        if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
+    }
+}
+
 // The tile's outputs: acc[mi][ni] of warp (wm, wnb) = warp & 3, warp >> 2 holds steps
 // s0 + 32 wm + 16 mi + g (+ 8) and outputs n0 + 32 wnb + 8 ni + 2t (+ 1). The bias is W's
 // column K. post >= 0: what codec_act_pad(post) would do next, fused: the activation applied
@@ -127,13 +140,7 @@ __device__ __forceinline__ void conv_epilogue(const float (&acc)[2][4][4], int s
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 3, wnb = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
-    if (post >= 0 && n0 + BN >= n_out) {
-        const int pads = ldc - n_out;
-        for (int e = tid; e < CONV_BM * pads; e += THREADS) {
-            const int so = s0 + e / pads, col = n_out + e % pads;
-            if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
-        }
-    }
+    conv_pad_columns<THREADS>(s0, n0 + BN >= n_out, steps, n_out, C, ldc, post);
     // the thread's 8 outputs' bias and activation parameters, all loaded before any is used
     // (the stores below may alias them as far as the compiler knows)
     float bias[8], a2[8], ib2[8];
@@ -189,13 +196,7 @@ __device__ __forceinline__ void conv_epilogue_staged(
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 3, wnb = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
-    if (post >= 0 && n0 + BN >= n_out) {
-        const int pads = ldc - n_out;
-        for (int e = tid; e < CONV_BM * pads; e += THREADS) {
-            const int so = s0 + e / pads, col = n_out + e % pads;
-            if (so < steps) C[(size_t)so * ldc + col] = col == n_out ? 1.f : 0.f;
-        }
-    }
+    conv_pad_columns<THREADS>(s0, n0 + BN >= n_out, steps, n_out, C, ldc, post);
     float bias[8];
 #pragma unroll
     for (int q = 0; q < 8; q++) {
