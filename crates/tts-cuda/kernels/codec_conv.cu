@@ -270,6 +270,17 @@ __device__ __forceinline__ void conv_epilogue_staged(
     __syncthreads();
 }
 
+// The warp's products of one k16 step: its 2 x 4 tiles of m16n8 (A fragments a[mi], B
+// fragments of two n16 halves b[np], as conv_ldsm4 loads them).
+__device__ __forceinline__ void conv_warp_mma(float (&acc)[2][4][4], const unsigned (&a)[2][4],
+                                              const unsigned (&b)[2][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+            conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]);
+}
+
 // The warps' products of one 32-wide K chunk: A rows at a_addr (+16 rows per mi, row stride
 // a_ld halves), B rows at b_addr (+16 per np, stride CONV_LDS), both as ldmatrix addresses.
 __device__ __forceinline__ void conv_chunk_mma(float (&acc)[2][4][4], unsigned a_addr, int a_ld,
@@ -281,11 +292,7 @@ __device__ __forceinline__ void conv_chunk_mma(float (&acc)[2][4][4], unsigned a
         for (int mi = 0; mi < 2; mi++) conv_ldsm4(a_addr + 2 * (mi * 16 * a_ld + kk), a[mi]);
 #pragma unroll
         for (int np = 0; np < 2; np++) conv_ldsm4(b_addr + 2 * (np * 16 * CONV_LDS + kk), b[np]);
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-                conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]);
+        conv_warp_mma(acc, a, b);
     }
 }
 
@@ -391,6 +398,25 @@ __device__ __forceinline__ void codec_conv_body(
                       alpha2, inv_beta2);
 }
 
+// The window of the tile at step s0 into shared memory at `buf` (cp.async, by the block's
+// THREADS threads): row w is step s0 - ctx + w of the tile's row, at xe row
+// s0 + row·ctx + w (each row's history sits right before its steps), rows of cin halves
+// at stride wld; zeros past the pass and for a padding frame.
+template <int THREADS>
+__device__ __forceinline__ void conv_fill_window(unsigned buf, const unsigned short* __restrict__ xe,
+                                                 int cin, int ctx, int wld, int s0, int rate,
+                                                 int steps, const CodecMeta& meta) {
+    const int row = meta.frame_row(s0 / rate);
+    const long long base = row >= 0 ? (long long)s0 + (long long)row * ctx : -1;
+    const int pieces = cin / 8, wrows = CONV_BM + ctx;
+    for (int e = threadIdx.x; e < wrows * pieces; e += THREADS) {
+        const int w = e / pieces, p = e - w * pieces;
+        const bool ok = base >= 0 && s0 - ctx + w < steps;
+        conv_cp16(buf + 2 * (w * wld + p * 8), ok ? xe + (size_t)(base + w) * cin + p * 8 : xe,
+                  ok ? 16 : 0);
+    }
+}
+
 // The window variant, for layers whose frames are whole tiles (rate % CONV_BM == 0, so a
 // block's steps lie in one frame and one row): the block copies the activated input its
 // steps read, rows s0 - ctx .. s0 + 127 (ctx + 128 rows of cin, row stride cin + 8 halves
@@ -428,18 +454,7 @@ __device__ __forceinline__ void codec_conv_win_body(
     const unsigned win = conv_smem(conv_sm);
     const unsigned ring = win + 2 * wrows * wld;
 
-    // the window: row w is step s0 - ctx + w of the block's row, at xe row
-    // s0 + row·ctx + w (each row's history sits right before its steps); zeros past the
-    // pass and for a padding frame
-    const int row = meta.frame_row(s0 / rate);
-    const long long base = row >= 0 ? (long long)s0 + (long long)row * ctx : -1;
-    const int pieces = cin / 8;
-    for (int e = tid; e < wrows * pieces; e += THREADS) {
-        const int w = e / pieces, p = e - w * pieces;
-        const bool ok = base >= 0 && s0 - ctx + w < steps;
-        conv_cp16(win + 2 * (w * wld + p * 8), ok ? xe + (size_t)(base + w) * cin + p * 8 : xe,
-                  ok ? 16 : 0);
-    }
+    conv_fill_window<THREADS>(win, xe, cin, ctx, wld, s0, rate, steps, meta);
     // weights: thread tid copies pieces 2(tid & 3) and 2(tid & 3) + 1 of output wn's chunk
     const int wn = tid >> 2, q0 = (tid & 3) * 2;
     const bool wvalid = n0 + wn < n_out;
@@ -479,12 +494,7 @@ __device__ __forceinline__ void codec_conv_win_body(
 #pragma unroll
             for (int np = 0; np < 2; np++)
                 conv_ldsm4(st + 2 * np * 16 * CONV_WIN_BK + piece, b[np]);
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++)
-                    conv_mma(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2],
-                             b[ni >> 1][(ni & 1) * 2 + 1]);
+            conv_warp_mma(acc, a, b);
             c += 16;
             if (c == cin) {
                 c = 0;
@@ -515,14 +525,7 @@ __device__ __forceinline__ void conv_win_tile_mma(float (&acc)[2][4][4], unsigne
 #pragma unroll
         for (int np = 0; np < 2; np++) conv_ldsm4(b0 + 2 * (np * 16 * b_ld + k), b[buf][np]);
     };
-    auto mma = [&](int buf) {
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-                conv_mma(acc[mi][ni], a[buf][mi], b[buf][ni >> 1][(ni & 1) * 2],
-                         b[buf][ni >> 1][(ni & 1) * 2 + 1]);
-    };
+    auto mma = [&](int buf) { conv_warp_mma(acc, a[buf], b[buf]); };
     // (j, c): tap and channel of step k; K is a multiple of 32, so steps come in pairs
     int j = 0, c = 0;
     load(0, 0, 0, 0);
@@ -553,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) codec_conv_win96r(
     const unsigned wsm = conv_smem(conv_sm);
     const unsigned win0 = wsm + 2 * BN * kld;
     const unsigned win_bytes = 2 * wrows * wld;
-    const int pieces = cin / 8, kpieces = K / 8;
+    const int kpieces = K / 8;
     // all the weights (rows past n_out zero), in the first commit group with tile 0's window
     for (int e = tid; e < BN * kpieces; e += THREADS) {
         const int n = e / kpieces, p = e - n * kpieces;
@@ -561,15 +564,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) codec_conv_win96r(
         conv_cp16(wsm + 2 * (n * kld + p * 8), ok ? W + (size_t)n * ldw + p * 8 : W, ok ? 16 : 0);
     }
     auto fill = [&](int t, unsigned buf) {
-        const int s0 = t * CONV_BM;
-        const int row = meta.frame_row(s0 / rate);
-        const long long base = row >= 0 ? (long long)s0 + (long long)row * ctx : -1;
-        for (int e = tid; e < wrows * pieces; e += THREADS) {
-            const int w = e / pieces, p = e - w * pieces;
-            const bool ok = base >= 0 && s0 - ctx + w < steps;
-            conv_cp16(buf + 2 * (w * wld + p * 8), ok ? xe + (size_t)(base + w) * cin + p * 8 : xe,
-                      ok ? 16 : 0);
-        }
+        conv_fill_window<THREADS>(buf, xe, cin, ctx, wld, t * CONV_BM, rate, steps, meta);
     };
     const int wm = warp & 3, wnb = warp >> 2;
     const int lrow = lane & 7, lmat = lane >> 3;

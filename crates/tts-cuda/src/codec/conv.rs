@@ -151,10 +151,15 @@ fn window_tiling(n: usize) -> (&'static str, usize) {
 const WINDOW_STAGES: usize = 3;
 const WINDOW_CHUNK: usize = 64;
 
-/// Dynamic shared memory of a window block: the window (a tile's steps and `ctx` before
-/// them) and the weight ring.
+/// Bytes of one window in shared memory: a tile's steps and `ctx` before them, rows of
+/// `cin + WINDOW_PAD` halves.
+fn window_bytes(cin: usize, ctx: usize) -> usize {
+    (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2
+}
+
+/// Dynamic shared memory of a window block: the window and the weight ring.
 fn window_smem(cin: usize, ctx: usize, bn: usize) -> usize {
-    (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2 + WINDOW_STAGES * bn * WINDOW_CHUNK * 2
+    window_bytes(cin, ctx) + WINDOW_STAGES * bn * WINDOW_CHUNK * 2
 }
 
 /// Whether the window kernel can take a layer (already [`fits`]): its frames are whole
@@ -166,7 +171,7 @@ pub fn window_fits(rate: usize, cin: usize, ctx: usize, n: usize) -> bool {
 /// Dynamic shared memory of a `codec_conv_win96r` block: the 96 outputs' weights (rows
 /// of K + 8 halves) and two windows.
 fn resident_smem(cin: usize, taps: usize, ctx: usize) -> usize {
-    96 * (taps * cin + WINDOW_PAD) * 2 + 2 * (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2
+    96 * (taps * cin + WINDOW_PAD) * 2 + 2 * window_bytes(cin, ctx)
 }
 
 /// Whether the resident-weights window kernel can take a layer (already [`fits`]): 96
@@ -176,7 +181,7 @@ pub fn resident_fits(rate: usize, cin: usize, taps: usize, ctx: usize, n: usize)
     n == 96
         && rate.is_multiple_of(TILE_STEPS)
         && resident_smem(cin, taps, ctx) <= MAX_SMEM
-        && (TILE_STEPS + ctx) * (cin + WINDOW_PAD) * 2 >= 64 * 100 * 4
+        && window_bytes(cin, ctx) >= 64 * 100 * 4
 }
 
 /// f16 values the activated input of a pass takes: its steps and each row's history.

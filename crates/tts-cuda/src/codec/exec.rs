@@ -300,7 +300,7 @@ fn implicit_conv(
         beta,
         post,
         window,
-        resident: window && resident,
+        resident,
     };
     ok.then_some((launch, if post.is_some() { 2 } else { 1 }))
 }
