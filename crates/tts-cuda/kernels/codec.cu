@@ -53,14 +53,18 @@ __device__ __forceinline__ float snake_sin(float v) {
 
 // act 0: identity; 1: SnakeBeta x + inv_beta·sin²(alpha·x) (alpha = exp(α), inv_beta =
 // 1/(exp(β)+1e-9) precomputed per channel); 2: exact (erf) GELU.
-__device__ __forceinline__ float codec_act(float v, int act, const float* alpha,
-                                           const float* inv_beta, int ch) {
+// codec_act with channel ch's alpha and inv_beta given (al = alpha[ch], ib = inv_beta[ch]).
+__device__ __forceinline__ float codec_act_v(float v, int act, float al, float ib) {
     if (act == 1) {
-        float s = snake_sin(v * alpha[ch]);
-        return v + inv_beta[ch] * s * s;
+        float s = snake_sin(v * al);
+        return v + ib * s * s;
     }
     if (act == 2) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     return v;
+}
+__device__ __forceinline__ float codec_act(float v, int act, const float* alpha,
+                                           const float* inv_beta, int ch) {
+    return act == 1 ? codec_act_v(v, 1, alpha[ch], inv_beta[ch]) : codec_act_v(v, act, 0.f, 0.f);
 }
 
 // Input row `back` steps before the row's local step `ls`: from the new input `x` (global
@@ -209,6 +213,110 @@ CODEC_IM2COL_ENTRY(codec_im2col, float)
 // the same columns as f16 bits
 CODEC_IM2COL_ENTRY(codec_im2col_h, unsigned short)
 
+// Eight columns at once: as col_store, into 16-byte pieces.
+__device__ __forceinline__ void col_store8(float* p, const float (&v)[8]) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void col_store8(unsigned short* p, const float (&v)[8]) {
+    unsigned int h[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) h[u] = f2h_sat(v[2 * u]) | ((unsigned int)f2h_sat(v[2 * u + 1]) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+// codec_im2col_body's columns, the same values, eight channels per thread: one thread per
+// (step, octet of input channels) takes that octet of every tap, IM2COL8_U taps' input
+// loads (two float4 each) in flight before their activations and 16-byte (f16) or 32-byte
+// (f32) column stores; the block-per-step form stored one value per thread (2-byte stores,
+// ~1 TB/s on the H200). The thread of octet 0 also writes the step's ones/zero octet
+// (ldcol = K + 8: K = taps·cin is a multiple of 8). Needs cin % 8 == 0, ldcol == K + 8,
+// ldx % 4 == 0, 16-byte aligned x, history and col, steps·cin/8 < 2^31 (exec.rs checks;
+// else codec_im2col_body).
+// Grid: ceil(steps·cin/8 / 256) blocks of 256, then nrows·ctx history-update blocks; at
+// most 64 registers (four blocks per multiprocessor): the 2-tap transposed convolutions
+// are latency-bound.
+#define IM2COL8_U 2
+template <typename T>
+__device__ __forceinline__ void codec_im2col8_body(
+    const float* __restrict__ x, int ldx, int cin, int taps, int dil, int rate, int act,
+    const float* __restrict__ alpha, const float* __restrict__ inv_beta, float* state,
+    int slot_stride, int hist_off, const int* __restrict__ meta_p, int R, int steps, int nrows,
+    T* __restrict__ col, int ldcol) {
+    CodecMeta meta{meta_p, R};
+    const int ctx = (taps - 1) * dil, K = taps * cin, octs = cin / 8;
+    const int n = steps * octs;
+    const int col_blocks = (n + 255) / 256;
+    if ((int)blockIdx.x >= col_blocks) {
+        codec_hist_update(blockIdx.x - col_blocks, x, ldx, cin, ctx, rate, state, slot_stride,
+                          hist_off, meta, nrows);
+        return;
+    }
+    const int e = blockIdx.x * 256 + threadIdx.x;
+    if (e >= n) return;
+    const int s = e / octs, i = (e - s * octs) * 8;
+    const int row = meta.frame_row(s / rate);
+    T* out = col + (size_t)s * ldcol;
+    float v[8];
+    if (row < 0) {
+        // a padding frame's row is all zeros (its ones column too)
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = 0.f;
+        for (int j = 0; j < taps; j++) col_store8(out + j * cin + i, v);
+        if (i == 0) col_store8(out + K, v);
+        return;
+    }
+    const int ls = s - meta.first(row) * rate;
+    const float* hist = nullptr;
+    if (ctx > 0)
+        hist = state + (size_t)meta.slot(row) * slot_stride + hist_off +
+               (size_t)meta.parity(row) * ctx * cin;
+    float al[8], ib[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        al[c] = act == 1 ? alpha[i + c] : 0.f;
+        ib[c] = act == 1 ? inv_beta[i + c] : 0.f;
+    }
+    for (int j0 = 0; j0 < taps; j0 += IM2COL8_U) {
+        float4 f[IM2COL8_U][2];
+#pragma unroll
+        for (int u = 0; u < IM2COL8_U; u++) {
+            if (j0 + u >= taps) break;
+            const float4* p = reinterpret_cast<const float4*>(
+                codec_src(x, ldx, s, ls, (taps - 1 - j0 - u) * dil, hist, ctx, cin) + i);
+            f[u][0] = p[0];
+            f[u][1] = p[1];
+        }
+#pragma unroll
+        for (int u = 0; u < IM2COL8_U; u++) {
+            if (j0 + u >= taps) break;
+            v[0] = f[u][0].x, v[1] = f[u][0].y, v[2] = f[u][0].z, v[3] = f[u][0].w;
+            v[4] = f[u][1].x, v[5] = f[u][1].y, v[6] = f[u][1].z, v[7] = f[u][1].w;
+#pragma unroll
+            for (int c = 0; c < 8; c++) v[c] = codec_act_v(v[c], act, al[c], ib[c]);
+            col_store8(out + (j0 + u) * cin + i, v);
+        }
+    }
+    if (i == 0) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = u == 0 ? 1.f : 0.f;
+        col_store8(out + K, v);
+    }
+}
+
+#define CODEC_IM2COL8_ENTRY(NAME, T)                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 4) NAME(                                  \
+        const float* __restrict__ x, int ldx, int cin, int taps, int dil, int rate, int act,   \
+        const float* __restrict__ alpha, const float* __restrict__ inv_beta, float* state,     \
+        int slot_stride, int hist_off, const int* __restrict__ meta_p, int R, int steps,       \
+        int nrows, T* __restrict__ col, int ldcol) {                                            \
+        codec_im2col8_body<T>(x, ldx, cin, taps, dil, rate, act, alpha, inv_beta, state,        \
+                              slot_stride, hist_off, meta_p, R, steps, nrows, col, ldcol);      \
+    }
+
+CODEC_IM2COL8_ENTRY(codec_im2col8, float)
+CODEC_IM2COL8_ENTRY(codec_im2col8_h, unsigned short)
+
 // In place, one block per row: x[r][0..c) = act(x[r][0..c)), x[r][c] = 1, x[r][c+1..ld) = 0
 // (when ld > c). With act 0 it only (re)writes the ones/zero columns.
 extern "C" __global__ void codec_act_pad(float* x, int ld, int c, int act,
@@ -258,21 +366,36 @@ __device__ __forceinline__ float codec_rope(const float* x, int i, int half, flo
     return i < half ? x[i] * c - x[i + half] * s : x[i] * c + x[j] * s;
 }
 
+// 16 bytes global -> shared with cp.async (through L2), not waited for here.
+__device__ __forceinline__ void codec_cp16(void* dst, const void* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+// Most ring floats (keys, and as many values) a codec_attention block stages in shared
+// memory: the release geometry's window of 72 positions x head_dim 64.
+#define CA_STAGE 4608
+
 // Sliding-window attention with RoPE, one block (128 threads) per (frame, head).
 // qkv f32 [frames][ldq]: q (heads*hd) | k (kvh*hd) | v (kvh*hd), un-rotated. A query at
 // absolute position p sees keys max(0, p-window+1)..p: positions before the row's first
 // frame come from the slot's ring (already rotated), the row's new frames straight from
 // qkv (rotated here). The block of the first query head of each kv group also stores its
 // frame's rotated key and value in the ring (ring positions of this pass never alias the
-// older positions being read, as ring >= window - 1 + row frames).
+// older positions being read, as ring >= window - 1 + row frames). With `wide`, the ring's
+// keys and values the block reads (at most CA_STAGE floats each, 16-byte aligned) are copied
+// into shared memory with every copy in flight at once, while q is rotated: the scores
+// and sums then read the same values in the same order as from the ring, without one
+// memory round trip per key (H200, 32 rows x 2 frames: ~20 us a launch before).
 extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ldq, float* out,
                                            int ldo, float* state, int slot_stride, int kv_off,
                                            int ring, int heads, int kvh, int hd, int window,
                                            float scale, const float* __restrict__ inv_freq,
-                                           const int* __restrict__ meta_p, int R) {
+                                           const int* __restrict__ meta_p, int R, int wide) {
     __shared__ float qs[128];
     __shared__ float sc[1024];
     __shared__ float scratch[33];
+    __shared__ __align__(16) float ks[CA_STAGE], vs[CA_STAGE];
     CodecMeta meta{meta_p, R};
     int f = blockIdx.x, h = blockIdx.y;
     int row = meta.frame_row(f);
@@ -282,6 +405,19 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
     int rep = heads / kvh, g = h / rep, half = hd / 2, kvd = kvh * hd;
     float* kc = state + (size_t)meta.slot(row) * slot_stride + kv_off;
     float* vc = kc + (size_t)ring * kvd;
+    // keys lo..p: lo..pos0-1 from the ring (n_old of them), the rest from qkv
+    const int lo = max(0, p - window + 1), n = p - lo + 1, n_old = max(0, pos0 - lo);
+    const bool staged = wide && n_old * hd <= CA_STAGE && hd % 4 == 0 && kvd % 4 == 0 &&
+                        ((size_t)kc & 15) == 0;
+    if (staged) {
+        const int q4 = hd / 4;
+        for (int e = threadIdx.x; e < n_old * q4; e += blockDim.x) {
+            const int kk = e / q4, d = 4 * (e - kk * q4);
+            const size_t at = (size_t)((lo + kk) % ring) * kvd + g * hd + d;
+            codec_cp16(&ks[kk * hd + d], kc + at);
+            codec_cp16(&vs[kk * hd + d], vc + at);
+        }
+    }
     const float* qrow = qkv + (size_t)f * ldq + h * hd;
     const float* krow = qkv + (size_t)f * ldq + heads * hd + g * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -292,14 +428,14 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
             vc[at] = krow[kvd + i];
         }
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
-    int lo = max(0, p - window + 1), n = p - lo + 1;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int kk = warp; kk < n; kk += nw) {
         int kp = lo + kk;
         float s = 0.f;
         if (kp < pos0) {
-            const float* kr = kc + (size_t)(kp % ring) * kvd + g * hd;
+            const float* kr = staged ? ks + kk * hd : kc + (size_t)(kp % ring) * kvd + g * hd;
             for (int i = lane; i < hd; i += 32) s += qs[i] * kr[i];
         } else {
             const float* kr = qkv + (size_t)(first + kp - pos0) * ldq + heads * hd + g * hd;
@@ -325,7 +461,7 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
 #pragma unroll 8
         for (int kk = 0; kk < n; ++kk) {
             int kp = lo + kk;
-            float v = kp < pos0 ? vc[(size_t)(kp % ring) * kvd + g * hd + i]
+            float v = kp < pos0 ? (staged ? vs[kk * hd + i] : vc[(size_t)(kp % ring) * kvd + g * hd + i])
                                 : qkv[(size_t)(first + kp - pos0) * ldq + heads * hd + kvd + g * hd + i];
             acc += (sc[kk] / sum) * v;
         }
@@ -405,15 +541,21 @@ extern "C" __global__ void codec_dw_ln(const float* __restrict__ x, int ldx, int
 // warp, warp + 8, ...: lane l sums channels l, l + 32, ... tap by tap and the warp adds its
 // lanes (the products and sums of one warp per sample, without redoing each input's
 // SnakeBeta for every tap that reads it).
+// `wide` (c % 4 == 0, 16-byte aligned input and history rows: exec.rs checks): the
+// window is read as float4, FIN_LOADS of them in flight per thread, and with k <= FIN_MAXK
+// and c <= 32·FIN_MAXW each lane holds its weights in registers; the same values and sums.
 // Grid: steps / tile + nrows·(k - 1) blocks (the latter update the history).
 // Dynamic shared memory: ((tile + k - 1)·(c + 1) + k·c) floats.
+#define FIN_LOADS 4
+#define FIN_MAXK 7
+#define FIN_MAXW 4
 extern "C" __global__ void codec_final(const float* __restrict__ x, int c, int k,
                                        const float* __restrict__ alpha,
                                        const float* __restrict__ inv_beta,
                                        const float* __restrict__ w, float bias, int rate,
                                        float* state, int slot_stride, int hist_off,
                                        const int* __restrict__ meta_p, int R, int steps,
-                                       int nrows, int tile, float* pcm) {
+                                       int nrows, int tile, float* pcm, int wide) {
     extern __shared__ float fin_sm[];
     CodecMeta meta{meta_p, R};
     const int ctx = k - 1, ld = c + 1;
@@ -435,14 +577,63 @@ extern "C" __global__ void codec_final(const float* __restrict__ x, int c, int k
                         (size_t)meta.parity(row) * ctx * c;
     float* a = fin_sm;
     float* ws = fin_sm + (tile + ctx) * ld;
-    for (int e = threadIdx.x; e < (tile + ctx) * c; e += blockDim.x) {
-        const int p = e / c, i = e - p * c, src = ls0 - ctx + p;
-        const float v = src >= 0 ? x[((size_t)s0 - ctx + p) * c + i] : hist[(size_t)(ctx + src) * c + i];
-        a[p * ld + i] = codec_act(v, 1, alpha, inv_beta, i);
+    // input step ls0 - ctx + p of the row, channel i
+    auto in = [&](int p, int i) {
+        const int src = ls0 - ctx + p;
+        return src >= 0 ? x + ((size_t)s0 - ctx + p) * c + i : hist + (size_t)(ctx + src) * c + i;
+    };
+    if (wide) {
+        const int q4 = c / 4, n4 = (tile + ctx) * q4;
+        for (int e0 = threadIdx.x; e0 < n4; e0 += FIN_LOADS * blockDim.x) {
+            float4 f[FIN_LOADS];
+#pragma unroll
+            for (int u = 0; u < FIN_LOADS; u++) {
+                const int e = e0 + u * blockDim.x, p = e / q4;
+                if (e < n4) f[u] = *reinterpret_cast<const float4*>(in(p, 4 * (e - p * q4)));
+            }
+#pragma unroll
+            for (int u = 0; u < FIN_LOADS; u++) {
+                const int e = e0 + u * blockDim.x, p = e / q4, i = 4 * (e - p * q4);
+                if (e >= n4) continue;
+                float* d = a + p * ld + i;
+                d[0] = codec_act(f[u].x, 1, alpha, inv_beta, i);
+                d[1] = codec_act(f[u].y, 1, alpha, inv_beta, i + 1);
+                d[2] = codec_act(f[u].z, 1, alpha, inv_beta, i + 2);
+                d[3] = codec_act(f[u].w, 1, alpha, inv_beta, i + 3);
+            }
+        }
+    } else {
+        for (int e = threadIdx.x; e < (tile + ctx) * c; e += blockDim.x) {
+            const int p = e / c, i = e - p * c;
+            a[p * ld + i] = codec_act(*in(p, i), 1, alpha, inv_beta, i);
+        }
     }
     for (int e = threadIdx.x; e < k * c; e += blockDim.x) ws[e] = w[e];
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (wide && k <= FIN_MAXK && c <= 32 * FIN_MAXW) {
+        // the lane's weights (channels lane, lane + 32, ... of every tap) in registers
+        float wr[FIN_MAXK][FIN_MAXW];
+#pragma unroll
+        for (int j = 0; j < FIN_MAXK; ++j)
+#pragma unroll
+            for (int m = 0; m < FIN_MAXW; ++m)
+                wr[j][m] = j < k && lane + 32 * m < c ? ws[j * c + lane + 32 * m] : 0.f;
+        for (int t = warp; t < tile; t += warps) {
+            float acc = 0.f;
+#pragma unroll
+            for (int j = 0; j < FIN_MAXK; ++j) {
+                if (j >= k) break;
+                const float* ap = a + (t + j) * ld;
+#pragma unroll
+                for (int m = 0; m < FIN_MAXW; ++m)
+                    if (lane + 32 * m < c) acc += wr[j][m] * ap[lane + 32 * m];
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) pcm[s0 + t] = fminf(fmaxf(acc + bias, -1.0f), 1.0f);
+        }
+        return;
+    }
     for (int t = warp; t < tile; t += warps) {
         float acc = 0.f;
         for (int j = 0; j < k; ++j) {

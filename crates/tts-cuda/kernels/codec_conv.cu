@@ -31,8 +31,9 @@
 #define CONV_BM 128
 #define CONV_STAGES 4
 
-// Blocks of 256 threads: one float4 of new input each, then one of history each, then
-// nrows·ctx history-update blocks.
+// Blocks of 256 threads: eight channels of new input each (two float4 loads, one 16-byte
+// store), then eight of history each, then nrows·ctx history-update blocks. (Four per
+// thread with 64-bit index division measured ~20-29 µs for the 24 kHz layers at 32 rows.)
 extern "C" __global__ void codec_act_h(const float* __restrict__ x, int ldx, int cin, int taps,
                                        int dil, int rate, int act,
                                        const float* __restrict__ alpha,
@@ -41,46 +42,50 @@ extern "C" __global__ void codec_act_h(const float* __restrict__ x, int ldx, int
                                        const int* __restrict__ meta_p, int R, int steps,
                                        int nrows, unsigned short* __restrict__ xe) {
     CodecMeta meta{meta_p, R};
-    const int ctx = (taps - 1) * dil, quads = cin / 4;
-    const size_t n_new = (size_t)steps * quads, n_hist = (size_t)nrows * ctx * quads;
-    const int b_new = (int)((n_new + 255) / 256), b_hist = (int)((n_hist + 255) / 256);
+    const int ctx = (taps - 1) * dil, octs = cin / 8;
+    const int n_new = steps * octs, n_hist = nrows * ctx * octs;
+    const int b_new = (n_new + 255) / 256, b_hist = (n_hist + 255) / 256;
     const int b = blockIdx.x;
     if (b >= b_new + b_hist) {
         codec_hist_update(b - b_new - b_hist, x, ldx, cin, ctx, rate, state, slot_stride,
                           hist_off, meta, nrows);
         return;
     }
-    float v[4];
+    float v[8];
     size_t dst;
     int i;
     if (b < b_new) {
-        size_t e = (size_t)b * 256 + threadIdx.x;
+        const int e = b * 256 + threadIdx.x;
         if (e >= n_new) return;
-        size_t s = e / quads;
-        i = (int)(e - s * quads) * 4;
-        int row = meta.frame_row((int)(s / rate));
+        const int s = e / octs;
+        i = (e - s * octs) * 8;
+        int row = meta.frame_row(s / rate);
         if (row < 0) return;
-        float4 f = *reinterpret_cast<const float4*>(x + s * ldx + i);
+        const float4* xp = reinterpret_cast<const float4*>(x + (size_t)s * ldx + i);
+        const float4 f = xp[0], g = xp[1];
         v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-        dst = (s + (size_t)(row + 1) * ctx) * cin + i;
+        v[4] = g.x, v[5] = g.y, v[6] = g.z, v[7] = g.w;
+        dst = ((size_t)s + (size_t)(row + 1) * ctx) * cin + i;
     } else {
-        size_t e = (size_t)(b - b_new) * 256 + threadIdx.x;
+        const int e = (b - b_new) * 256 + threadIdx.x;
         if (e >= n_hist) return;
-        size_t rp = e / quads;
-        i = (int)(e - rp * quads) * 4;
-        int row = (int)(rp / ctx), p = (int)(rp % ctx);
+        const int rp = e / octs;
+        i = (e - rp * octs) * 8;
+        int row = rp / ctx, p = rp - row * ctx;
         int slot = meta.slot(row);
         if (slot < 0) return;
         const float* h = state + (size_t)slot * slot_stride + hist_off +
                          ((size_t)meta.parity(row) * ctx + p) * cin + i;
-        v[0] = h[0], v[1] = h[1], v[2] = h[2], v[3] = h[3];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = h[u];
         dst = ((size_t)meta.first(row) * rate + (size_t)row * ctx + p) * cin + i;
     }
-    unsigned short o[4];
+    unsigned int o[4];
 #pragma unroll
-    for (int u = 0; u < 4; u++) o[u] = f2h_sat(codec_act(v[u], act, alpha, inv_beta, i + u));
-    *reinterpret_cast<uint2*>(xe + dst) =
-        make_uint2(o[0] | ((unsigned)o[1] << 16), o[2] | ((unsigned)o[3] << 16));
+    for (int u = 0; u < 4; u++)
+        o[u] = f2h_sat(codec_act(v[2 * u], act, alpha, inv_beta, i + 2 * u)) |
+               ((unsigned int)f2h_sat(codec_act(v[2 * u + 1], act, alpha, inv_beta, i + 2 * u + 1)) << 16);
+    *reinterpret_cast<uint4*>(xe + dst) = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 __device__ __forceinline__ unsigned conv_smem(const void* p) {

@@ -665,3 +665,77 @@ fn codec_graphs_are_captured_after_repeated_shapes() {
         }
     }
 }
+
+/// Decodes `codes` in three streams of uneven chunks, all rows in one call per step (so
+/// padding frames and histories are exercised), and returns each stream's sample bits.
+fn uneven_streams_bits(gpu: &Gpu, codec: &mut DevCodec, codes: &[Frame]) -> Vec<Vec<u32>> {
+    let chunks: [&[usize]; 3] = [&[2, 3, 1, 30, 40], &[1, 1, 4, 50, 20], &[3, 3, 70]];
+    let mut at = [0usize; 3];
+    let mut out = vec![Vec::new(); 3];
+    for slot in 0..3 {
+        codec.reset_slot(gpu, slot).expect("reset");
+    }
+    for step in 0..5 {
+        let mut rows: Vec<(usize, &[Frame])> = Vec::new();
+        for (slot, c) in chunks.iter().enumerate() {
+            if let Some(&n) = c.get(step) {
+                rows.push((slot, &codes[at[slot]..at[slot] + n]));
+                at[slot] += n;
+            }
+        }
+        let res = codec.decode(gpu, &rows).expect("decode");
+        for ((slot, _), pcm) in rows.iter().zip(&res) {
+            out[*slot].extend(pcm.iter().map(|v| v.to_bits()));
+        }
+    }
+    out
+}
+
+/// The wide copies (`codec_im2col8*`: eight columns per thread; `codec_final`: its window
+/// read as float4, the weights in registers; `codec_attention`: the cached keys and values
+/// staged in shared memory) give the samples of the one-value-at-a-time kernels bit for
+/// bit: the fixture codec (its 32- to 8-channel convolutions take the wide im2col, its
+/// 2-channel final conv does not) and the release geometry (every im2col and the final
+/// conv wide), 76 frames per stream (past the 72-frame attention window), with f16 and f32
+/// columns, implicit convolutions off so that every convolution has its im2col.
+#[test]
+fn wide_copies_match_the_scalar_kernels_bit_for_bit() {
+    let Some(gpu) = gpu_or_skip("wide_copies_match_the_scalar_kernels_bit_for_bit") else {
+        return;
+    };
+    let fixture = case("codec_long_w72");
+    let release = Model::load("random:1.7b", LoadOptions::default()).expect("random:1.7b");
+    let release_codes: Vec<Frame> = (0..76u32)
+        .map(|f| std::array::from_fn(|q| (f * 509 + q as u32 * 131 + 17) % 2048))
+        .collect();
+    for (name, model, codes) in [
+        ("fixture", &fixture.model, &fixture.codes[..76]),
+        ("random:1.7b", &release, &release_codes[..]),
+    ] {
+        let mut codec = dev_codec(&gpu, model, 3, 8);
+        codec.set_graphs(false);
+        codec.set_implicit_conv(ImplicitConv::Off);
+        for p in [CodecPrecision::F16, CodecPrecision::F32] {
+            codec.set_precision(&gpu, p).expect("precision");
+            codec.set_wide_copies(false);
+            let scalar = uneven_streams_bits(&gpu, &mut codec, codes);
+            codec.set_wide_copies(true);
+            let wide = uneven_streams_bits(&gpu, &mut codec, codes);
+            let unclipped = scalar
+                .iter()
+                .flatten()
+                .filter(|b| f32::from_bits(**b).abs() < 1.0)
+                .count();
+            eprintln!("{name} [{p:?}]: {unclipped} unclipped samples compared");
+            assert!(unclipped > 0, "{name} [{p:?}]: every sample clipped");
+            for (slot, (s, w)) in scalar.iter().zip(&wide).enumerate() {
+                assert_eq!(
+                    s.len(),
+                    76 * codec.samples_per_frame(),
+                    "{name} slot {slot}"
+                );
+                assert!(s == w, "{name} [{p:?}] slot {slot}: wide copies differ");
+            }
+        }
+    }
+}

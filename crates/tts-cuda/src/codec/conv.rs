@@ -220,9 +220,10 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaErr
     let ctx = (l.taps - 1) * l.dil;
     let hist_blocks = if l.hist.is_some() { l.rows * ctx } else { 0 };
     let hist = Arg::I(l.hist.map_or(-1, |h| h as i32));
-    let quads = l.cin / 4;
-    let act_blocks = (l.steps * quads).div_ceil(THREADS as usize)
-        + (l.rows * ctx * quads).div_ceil(THREADS as usize);
+    // eight channels per thread (cin % 32 == 0 here: `fits`)
+    let octets = l.cin / 8;
+    let act_blocks = (l.steps * octets).div_ceil(THREADS as usize)
+        + (l.rows * ctx * octets).div_ceil(THREADS as usize);
     gpu.launch(
         "codec_act_h",
         ((act_blocks + hist_blocks) as u32, 1, 1),

@@ -79,6 +79,19 @@ pub struct GemmMode {
     pub conv_window: bool,
     /// ... with the weights resident where they fit (`conv::resident_fits`).
     pub conv_resident: bool,
+    /// The im2col and the final conv's input moved 8 / 4 values per thread where the
+    /// layout allows ([`wide_fits`]; `codec_im2col8*`, `codec_final`'s `wide`), and the
+    /// attention's cached keys and values staged in shared memory at once
+    /// (`codec_attention`'s `wide`): the same values as one at a time.
+    pub wide_copies: bool,
+}
+
+/// Whether rows of `width` floats (a multiple of `mult`) at `ptrs` with row strides
+/// `strides` (floats) are 16-byte aligned throughout: the wide copies' float4 loads.
+pub(super) fn wide_fits(width: usize, mult: usize, ptrs: &[u64], strides: &[usize]) -> bool {
+    width.is_multiple_of(mult)
+        && ptrs.iter().all(|p| p.is_multiple_of(16))
+        && strides.iter().all(|s| s.is_multiple_of(4))
 }
 
 /// Whether `ops[at]` is a convolution's GEMM that cuBLAS runs (not the few-step GEMV)
@@ -357,6 +370,7 @@ pub fn run(
         implicit,
         conv_window,
         conv_resident,
+        wide_copies,
     } = mode;
     let half = |at: usize, steps: usize| conv_f16 && conv_gemm_f16(&p.ops, at, steps, small_gemv);
     // the few-step GEMVs read the f16 copy of the weights with f16 convolutions on (half
@@ -499,18 +513,29 @@ pub fn run(
                 let ctx = (taps - 1) * dil;
                 let hist_blocks = if hist.is_some() { rows * ctx } else { 0 };
                 let (al, ib) = d.act(act);
+                // eight columns per thread where the rows are 16-byte aligned (the history
+                // rows sit at state + slot·stride + hist + parity·ctx·cin)
+                let (xp, colp) = (d.view(x), d.view(col));
+                let hist_at = hist.unwrap_or(0);
+                let wide = wide_copies
+                    && ldcol == taps * cin + 8
+                    && steps * cin / 8 < i32::MAX as usize
+                    && wide_fits(cin, 8, &[xp, state], &[ldx, stride, hist_at])
+                    && colp.is_multiple_of(16);
+                let octets = (steps * cin / 8).div_ceil(256);
                 // f16 columns for a GEMM that reads them as f16 (the same buffer, half used)
-                let name = if half_gemm {
-                    "codec_im2col_h"
-                } else {
-                    "codec_im2col"
+                let (name, blocks, threads) = match (wide, half_gemm) {
+                    (true, true) => ("codec_im2col8_h", octets, 256),
+                    (true, false) => ("codec_im2col8", octets, 256),
+                    (false, true) => ("codec_im2col_h", steps, 128),
+                    (false, false) => ("codec_im2col", steps, 128),
                 };
                 gpu.launch(
                     name,
-                    grid(steps + hist_blocks),
-                    128,
+                    grid(blocks + hist_blocks),
+                    threads,
                     &[
-                        Arg::P(d.view(x)),
+                        Arg::P(xp),
                         i(ldx),
                         i(cin),
                         i(taps),
@@ -526,7 +551,7 @@ pub fn run(
                         i(cap_rows),
                         i(steps),
                         i(rows),
-                        Arg::P(d.view(col)),
+                        Arg::P(colp),
                         i(ldcol),
                     ],
                 )?
@@ -599,6 +624,7 @@ pub fn run(
                     Arg::P(d.w(a.inv_freq)),
                     Arg::P(meta),
                     i(cap_rows),
+                    Arg::I(i32::from(wide_copies)),
                 ],
             )?,
             Op::SwiGlu { gu, out } => gpu.launch(
@@ -666,6 +692,7 @@ pub fn run(
                 let steps = frames * rate;
                 let (al, ib) = d.act(act);
                 let (tile, smem) = final_tile(rate, c, k);
+                let wide = wide_copies && wide_fits(c, 4, &[d.view(x), state], &[stride, hist]);
                 gpu.launch_with(
                     "codec_final",
                     grid(steps / tile + rows * (k - 1)),
@@ -692,6 +719,7 @@ pub fn run(
                             buf: Buf::Pcm,
                             off: 0,
                         })),
+                        Arg::I(i32::from(wide)),
                     ],
                 )?
             }
@@ -702,7 +730,16 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{final_tile, DEFAULT_SMEM};
+    use super::{final_tile, wide_fits, DEFAULT_SMEM};
+
+    #[test]
+    fn wide_copies_need_whole_vectors_and_aligned_rows() {
+        assert!(wide_fits(96, 8, &[0x1000, 0x2010], &[200, 4, 0]));
+        // a width that is not whole octets, a pointer off 16 bytes, a stride off 4 floats
+        assert!(!wide_fits(100, 8, &[0x1000], &[200]));
+        assert!(!wide_fits(96, 8, &[0x1008], &[200]));
+        assert!(!wide_fits(96, 8, &[0x1000], &[202]));
+    }
 
     #[test]
     fn final_tiles_divide_the_frame_and_fit() {

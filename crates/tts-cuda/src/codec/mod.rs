@@ -47,6 +47,8 @@ pub const KERNELS: &[&str] = &[
     "codec_rvq",
     "codec_im2col",
     "codec_im2col_h",
+    "codec_im2col8",
+    "codec_im2col8_h",
     "codec_to_f16",
     "codec_act_pad",
     "codec_rms_norm",
@@ -220,6 +222,7 @@ impl DevCodec {
                 implicit: ImplicitConv::default(),
                 conv_window: true,
                 conv_resident: true,
+                wide_copies: true,
             },
             last_pass: None,
         })
@@ -269,6 +272,15 @@ impl DevCodec {
     /// default) or streams them per tile (`codec_conv_win96`), for comparisons.
     pub fn set_conv_resident(&mut self, on: bool) {
         self.gemm.conv_resident = on;
+        self.graphs.clear();
+    }
+
+    /// Whether the im2col and the final convolution move their input 8 / 4 values per
+    /// thread where the layout allows, and the attention stages its cached keys and
+    /// values in shared memory with all copies in flight at once (on by default), or
+    /// move them one value at a time, for comparisons: the same values either way.
+    pub fn set_wide_copies(&mut self, on: bool) {
+        self.gemm.wide_copies = on;
         self.graphs.clear();
     }
 
