@@ -386,7 +386,8 @@ __device__ __forceinline__ void codec_cp16(void* dst, const void* src) {
 // keys and values the block reads (at most CA_STAGE floats each, 16-byte aligned) are copied
 // into shared memory with every copy in flight at once, while q is rotated: the scores
 // and sums then read the same values in the same order as from the ring, without one
-// memory round trip per key (H200, 32 rows x 2 frames: ~20 us a launch before).
+// memory round trip per key (H200, 32 rows x 2 frames: ~20 us a launch before). PDL-ready
+// (`codec::PDL_KERNELS`): the ring copies are issued before the wait for the GEMM before.
 extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ldq, float* out,
                                            int ldo, float* state, int slot_stride, int kv_off,
                                            int ring, int heads, int kvh, int hd, int window,
@@ -418,6 +419,10 @@ extern "C" __global__ void codec_attention(const float* __restrict__ qkv, int ld
             codec_cp16(&vs[kk * hd + d], vc + at);
         }
     }
+    // the ring positions copied above were written by earlier passes, the pass metadata
+    // before the pass: both before the previous kernel, which waited for its own (PDL)
+    pdl_wait();
+    pdl_trigger();
     const float* qrow = qkv + (size_t)f * ldq + h * hd;
     const float* krow = qkv + (size_t)f * ldq + heads * hd + g * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {

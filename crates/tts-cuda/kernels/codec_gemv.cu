@@ -17,6 +17,9 @@
 // (1, 2, 4 or 8), the S-th part of K: the 8 warps form 8/S groups of S warps. Lanes stream
 // 16-byte chunks (4 floats), up to 8 per output row in flight. Blocks: ceil(N / (16 / S)).
 // Steps past `steps` (the template's M is rounded up) read the last step and write nothing.
+// Launched with programmatic dependent launch (device.rs, `codec::PDL_KERNELS`): a lane's
+// first pass of weights (which no kernel writes) is loaded before the wait for the previous
+// kernel, X and C only after it; then the next kernel may launch.
 
 #define CG_R 2
 #define CG_U 8
@@ -39,6 +42,30 @@ __device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ld
     __shared__ float s_part[CG_WARPS][CG_R * M];
     __shared__ float s_inv[M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int groups = CG_WARPS / ksplit;
+    const int g = warp / ksplit, part = warp % ksplit;
+    const int n0 = (blockIdx.x * groups + g) * CG_R;
+    // this warp's K slice, in whole 128-float passes of the warp
+    const int passes = (K + 127) / 128;
+    const int per = (passes + ksplit - 1) / ksplit;
+    const int k_begin = part * per * 128, k_end = min(K, (part + 1) * per * 128);
+    const int kb0 = k_begin + lane * 4;
+    const WT* wrow[CG_R];
+#pragma unroll
+    for (int r = 0; r < CG_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * ldw;
+    float4 w[CG_U][CG_R];
+    auto load_pass = [&](int kb) {
+#pragma unroll
+        for (int u = 0; u < CG_U; u++) {
+            int idx = kb + u * 128;
+#pragma unroll
+            for (int r = 0; r < CG_R; r++)
+                w[u][r] = idx < k_end ? cg_load4(wrow[r] + idx) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    if (n0 < N) load_pass(kb0);
+    pdl_wait();
+    pdl_trigger();
     if (pro == 1) {
         for (int m = warp; m < M; m += CG_WARPS) {
             const float* xr = X + (size_t)min(m, steps - 1) * ldx;
@@ -49,13 +76,6 @@ __device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ld
         }
         __syncthreads();
     }
-    const int groups = CG_WARPS / ksplit;
-    const int g = warp / ksplit, part = warp % ksplit;
-    const int n0 = (blockIdx.x * groups + g) * CG_R;
-    // this warp's K slice, in whole 128-float passes of the warp
-    const int passes = (K + 127) / 128;
-    const int per = (passes + ksplit - 1) / ksplit;
-    const int k_begin = part * per * 128, k_end = min(K, (part + 1) * per * 128);
     float acc[CG_R][M];
 #pragma unroll
     for (int r = 0; r < CG_R; r++)
@@ -66,18 +86,8 @@ __device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ld
     for (int m = 0; m < M; m++) xrow[m] = X + (size_t)min(m, steps - 1) * ldx;
 
     if (n0 < N) {
-        const WT* wrow[CG_R];
-#pragma unroll
-        for (int r = 0; r < CG_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * ldw;
-        for (int kb = k_begin + lane * 4; kb < k_end; kb += 128 * CG_U) {
-            float4 w[CG_U][CG_R];
-#pragma unroll
-            for (int u = 0; u < CG_U; u++) {
-                int idx = kb + u * 128;
-#pragma unroll
-                for (int r = 0; r < CG_R; r++)
-                    w[u][r] = idx < k_end ? cg_load4(wrow[r] + idx) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+        for (int kb = kb0; kb < k_end; kb += 128 * CG_U) {
+            if (kb != kb0) load_pass(kb);
 #pragma unroll
             for (int u = 0; u < CG_U; u++) {
                 int idx = kb + u * 128;

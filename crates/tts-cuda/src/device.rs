@@ -267,6 +267,7 @@ impl Gpu {
             .chain(&tile_names)
             .chain(&tile_wg_names)
             .chain(&wide_names)
+            .chain(crate::codec::PDL_KERNELS)
         {
             funcs.insert(k, (module.load_function(k)?, true));
         }

@@ -20,6 +20,7 @@ fn kernels_compile_for_sm90a() {
                 .iter()
                 .chain(tts_cuda::device::CLUSTER_KERNELS)
                 .chain(tts_cuda::codec::KERNELS)
+                .chain(tts_cuda::codec::PDL_KERNELS)
                 .chain(tts_cuda::device::PERSISTENT_KERNELS)
                 .chain(tts_cuda::linear::TILE_KERNELS.iter().map(|(k, _)| k))
                 .chain(tts_cuda::linear::TILE_WG_KERNELS.iter().map(|(k, _)| k));

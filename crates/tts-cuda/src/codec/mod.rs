@@ -53,10 +53,24 @@ pub const KERNELS: &[&str] = &[
     "codec_act_pad",
     "codec_rms_norm",
     "codec_swiglu",
-    "codec_attention",
     "codec_dw_ln",
     "codec_final",
     "codec_zero",
+    "codec_act_h",
+    "codec_conv_mma64",
+    "codec_conv_mma32",
+    "codec_conv_win96",
+    "codec_conv_win96r",
+    "codec_conv_win64",
+    "codec_conv_win32",
+];
+
+/// Kernels of the codec launched with programmatic dependent launch (`Gpu::pdl`): each
+/// reads only weights and data of earlier passes before its `pdl_wait()` (the few-step
+/// GEMVs their first pass of weights, the attention its cached keys and values), so it
+/// starts while the kernel before it finishes.
+pub const PDL_KERNELS: &[&str] = &[
+    "codec_attention",
     "codec_gemv_m1",
     "codec_gemv_m2",
     "codec_gemv_m4",
@@ -65,13 +79,6 @@ pub const KERNELS: &[&str] = &[
     "codec_gemv_h2",
     "codec_gemv_h4",
     "codec_gemv_h8",
-    "codec_act_h",
-    "codec_conv_mma64",
-    "codec_conv_mma32",
-    "codec_conv_win96",
-    "codec_conv_win96r",
-    "codec_conv_win64",
-    "codec_conv_win32",
 ];
 
 /// Most frames one pass decodes (all rows together); larger calls run as several passes.
