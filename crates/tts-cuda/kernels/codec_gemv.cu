@@ -13,16 +13,22 @@
 // The products are exact f32 (no TF32 rounding) of the weights as stored, summed in a
 // fixed order per output, so a step's result does not depend on how many steps the pass has.
 //
-// Grid: 256-thread blocks of 8 warps; a warp owns 2 output rows and, with `ksplit` S
-// (1, 2, 4 or 8), the S-th part of K: the 8 warps form 8/S groups of S warps. Lanes stream
-// 16-byte chunks (4 floats), up to 8 per output row in flight. Blocks: ceil(N / (16 / S)).
+// Grid: 256-thread blocks of 8 warps; a warp owns R output rows (CgShape: 2, or 8 at 8
+// steps) and, with `ksplit` S (1, 2, 4 or 8), the S-th part of K: the 8 warps form 8/S
+// groups of S warps. Lanes stream 16-byte chunks (4 floats; 8 bytes of f16), U per output
+// row in flight. Blocks: ceil(N / (8·R / S)).
 // Steps past `steps` (the template's M is rounded up) read the last step and write nothing.
 // Launched with programmatic dependent launch (device.rs, `codec::PDL_KERNELS`): a lane's
 // first pass of weights (which no kernel writes) is loaded before the wait for the previous
 // kernel, X and C only after it; then the next kernel may launch.
 
-#define CG_R 2
-#define CG_U 8
+// Output rows per warp and 16-byte chunks in flight per row and lane: 2 and 8, but 8 and 2
+// at 8 steps, where each X load (one float4 per step) then feeds 8 rows, not 2 (with 2,
+// the X loads from L1 were 16x the weight bytes: the H200 read the decoder's 22-38 MB
+// upsampling matrices at 0.5-0.7 TB/s). A lane's sum over K keeps its order either way.
+template <int M> struct CgShape {
+    static constexpr int R = M == 8 ? 8 : 2, U = M == 8 ? 2 : 8;
+};
 #define CG_WARPS 8
 
 // Four consecutive weights as f32: one 16-byte load of f32, or one 8-byte load of f16.
@@ -39,6 +45,7 @@ __device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ld
                                                 float* C, int ldc, int steps, float beta,
                                                 int ksplit, int pro,
                                                 const float* __restrict__ gain, float eps) {
+    constexpr int CG_R = CgShape<M>::R, CG_U = CgShape<M>::U;
     __shared__ float s_part[CG_WARPS][CG_R * M];
     __shared__ float s_inv[M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -131,15 +138,18 @@ __device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ld
             if (lane == 0) s_part[warp][r * M + m] = v;
         }
     __syncthreads();
-    // the group's first warp combines its S partials; lane l writes output (l / M, l % M)
-    if (part != 0 || n0 >= N || lane >= CG_R * M) return;
-    const int r = lane / M, m = lane % M;
-    const int n = n0 + r;
-    if (m >= steps || n >= N) return;
-    float v = 0.f;
-    for (int p = 0; p < ksplit; p++) v += s_part[warp + p][lane];
-    float* c = C + (size_t)m * ldc + n;
-    *c = beta != 0.f ? v + beta * *c : v;
+    // the group's first warp combines its S partials; lane l writes outputs (o / M, o % M)
+    // for o = l, l + 32, ...
+    if (part != 0 || n0 >= N) return;
+    for (int o = lane; o < CG_R * M; o += 32) {
+        const int r = o / M, m = o % M;
+        const int n = n0 + r;
+        if (m >= steps || n >= N) continue;
+        float v = 0.f;
+        for (int p = 0; p < ksplit; p++) v += s_part[warp + p][o];
+        float* c = C + (size_t)m * ldc + n;
+        *c = beta != 0.f ? v + beta * *c : v;
+    }
 }
 
 #define CODEC_GEMV_ENTRY(NAME, MM, WT)                                                          \

@@ -189,13 +189,16 @@ fn codec_gemv(
     let passes = k.div_ceil(128);
     let per_sm = if passes >= 16 { 4 } else { 2 };
     let want = per_sm * gpu.sm_count as usize;
+    // output rows a block takes without a K split: 8 warps of 2 rows, or of 8 at 8 steps
+    // (`CgShape` in codec_gemv.cu)
+    let rows = if bucket == 3 { 64 } else { 16 };
     let ksplit = [1usize, 2, 4, 8]
         .into_iter()
-        .find(|&s| s == 8 || s >= passes || n.div_ceil(16 / s) >= want)
+        .find(|&s| s == 8 || s >= passes || n.div_ceil(rows / s) >= want)
         .unwrap_or(8);
     gpu.launch(
         name,
-        grid(n.div_ceil(16 / ksplit)),
+        grid(n.div_ceil(rows / ksplit)),
         256,
         &[
             Arg::P(w),
