@@ -199,20 +199,6 @@ __device__ __forceinline__ void codec_im2col_body(
     for (int c = K + threadIdx.x; c < ldcol; c += blockDim.x) col_store(out + c, c == K ? 1.f : 0.f);
 }
 
-#define CODEC_IM2COL_ENTRY(NAME, T)                                                             \
-    extern "C" __global__ void NAME(const float* __restrict__ x, int ldx, int cin, int taps,     \
-                                    int dil, int rate, int act, const float* __restrict__ alpha,  \
-                                    const float* __restrict__ inv_beta, float* state,             \
-                                    int slot_stride, int hist_off, const int* __restrict__ meta_p, \
-                                    int R, int steps, int nrows, T* __restrict__ col, int ldcol) { \
-        codec_im2col_body<T>(x, ldx, cin, taps, dil, rate, act, alpha, inv_beta, state,          \
-                             slot_stride, hist_off, meta_p, R, steps, nrows, col, ldcol);        \
-    }
-
-CODEC_IM2COL_ENTRY(codec_im2col, float)
-// the same columns as f16 bits
-CODEC_IM2COL_ENTRY(codec_im2col_h, unsigned short)
-
 // Eight columns at once: as col_store, into 16-byte pieces.
 __device__ __forceinline__ void col_store8(float* p, const float (&v)[8]) {
     reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -304,18 +290,22 @@ __device__ __forceinline__ void codec_im2col8_body(
     }
 }
 
-#define CODEC_IM2COL8_ENTRY(NAME, T)                                                            \
-    extern "C" __global__ void __launch_bounds__(256, 4) NAME(                                  \
+// The im2col kernels: BODY (codec_im2col_body, block per step; codec_im2col8_body, eight
+// channels per thread) over f32 columns or f16 bits.
+#define CODEC_IM2COL_ENTRY(NAME, T, BODY, BOUNDS)                                               \
+    extern "C" __global__ void BOUNDS NAME(                                                     \
         const float* __restrict__ x, int ldx, int cin, int taps, int dil, int rate, int act,   \
         const float* __restrict__ alpha, const float* __restrict__ inv_beta, float* state,     \
         int slot_stride, int hist_off, const int* __restrict__ meta_p, int R, int steps,       \
         int nrows, T* __restrict__ col, int ldcol) {                                            \
-        codec_im2col8_body<T>(x, ldx, cin, taps, dil, rate, act, alpha, inv_beta, state,        \
-                              slot_stride, hist_off, meta_p, R, steps, nrows, col, ldcol);      \
+        BODY<T>(x, ldx, cin, taps, dil, rate, act, alpha, inv_beta, state, slot_stride,         \
+                hist_off, meta_p, R, steps, nrows, col, ldcol);                                 \
     }
 
-CODEC_IM2COL8_ENTRY(codec_im2col8, float)
-CODEC_IM2COL8_ENTRY(codec_im2col8_h, unsigned short)
+CODEC_IM2COL_ENTRY(codec_im2col, float, codec_im2col_body, __launch_bounds__(128))
+CODEC_IM2COL_ENTRY(codec_im2col_h, unsigned short, codec_im2col_body, __launch_bounds__(128))
+CODEC_IM2COL_ENTRY(codec_im2col8, float, codec_im2col8_body, __launch_bounds__(256, 4))
+CODEC_IM2COL_ENTRY(codec_im2col8_h, unsigned short, codec_im2col8_body, __launch_bounds__(256, 4))
 
 // In place, one block per row: x[r][0..c) = act(x[r][0..c)), x[r][c] = 1, x[r][c+1..ld) = 0
 // (when ld > c). With act 0 it only (re)writes the ones/zero columns.
