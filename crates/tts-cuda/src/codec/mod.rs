@@ -9,7 +9,9 @@
 //! data, TF32 tensor cores by default, or, at most 8 steps, one exact-f32 GEMV launch of
 //! `kernels/codec_gemv.cu`; with f16 convolutions, the narrow ones of large passes as an
 //! implicit GEMM of `kernels/codec_conv.cu` instead of im2col + cuBLAS), and one copy of
-//! the PCM back. All buffers are
+//! the PCM back. The few-step GEMVs and the attention are launched with programmatic
+//! dependent launch ([`PDL_KERNELS`]: their weights and cached rows load while the kernel
+//! before them finishes). All buffers are
 //! allocated in [`DevCodec::new`], so a pass's launches can be captured in a CUDA graph.
 //!
 //! Files: `layers` (weight re-layout), `plan` (the op list's types), `build` (weights and
