@@ -523,8 +523,7 @@ pub fn run(
                 let wide = wide_copies
                     && ldcol == taps * cin + 8
                     && steps * cin / 8 < i32::MAX as usize
-                    && wide_fits(cin, 8, &[xp, state], &[ldx, stride, hist_at])
-                    && colp.is_multiple_of(16);
+                    && wide_fits(cin, 8, &[xp, state, colp], &[ldx, stride, hist_at]);
                 let octets = (steps * cin / 8).div_ceil(256);
                 // f16 columns for a GEMM that reads them as f16 (the same buffer, half used)
                 let (name, blocks, threads) = match (wide, half_gemm) {
