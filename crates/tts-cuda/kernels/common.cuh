@@ -63,8 +63,8 @@ __device__ __forceinline__ float linear_act(float v, float up, int act, bool has
 
 // The linear kernels' epilogue (gemv.cu, mma.cu, mma_cluster.cu) for output n of row m:
 // linear_act, then the residual `res` (which may alias y) added last; act 2 writes
-// y[m][n/2].
-__device__ __forceinline__ void linear_store(float v, float up, int n, int m, int act,
+// y[m][n/2]. Returns the value stored.
+__device__ __forceinline__ float linear_store(float v, float up, int n, int m, int act,
                                              const float* __restrict__ bias, const float* res,
                                              int ldr, float* Y, int ldy) {
     const bool hb = bias != nullptr;
@@ -72,6 +72,7 @@ __device__ __forceinline__ void linear_store(float v, float up, int n, int m, in
     const int col = act == 2 ? n / 2 : n;
     if (res) o += res[(size_t)m * ldr + col];
     Y[(size_t)m * ldy + col] = o;
+    return o;
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.

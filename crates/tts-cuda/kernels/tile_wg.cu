@@ -83,11 +83,28 @@ __device__ __forceinline__ void wg_mma<8>(float* d, unsigned long long a, unsign
 }
 #endif
 
+// The chain arguments (linear.rs, `linear_then`): with `ss_in`, the split rows at xb are
+// g ⊙ x without the norm's 1 / rms (the layer before wrote them): each output is scaled by
+// inv_m = 1 / sqrt(Σ_t ss_in[t][m] / K + eps), t < K / 128, before the epilogue (as
+// mma_staged.cu: inv_m · Σ_k x[m][k] g[k] W[n][k]). With `xo`, the stored outputs y are
+// also written as the next layer's split rows (`xo_g` ⊙ y, or y; hi rows 0..M, lo rows
+// M..2M, width N, or N / 2 with act 2), and with `ss_out` each row's Σ y² over this
+// block's 128 outputs goes to ss_out[blockIdx.y][m] (summed in a fixed order), for the
+// next layer's inv_m. xo never aliases xb, nor ss_out ss_in.
+struct TileChain {
+    const float* ss_in;
+    float eps;
+    bf16* xo;
+    const float* xo_g;
+    float* ss_out;
+};
+
 template <int MT>
 __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, int K,
                                              const bf16* __restrict__ xb, int M,
                                              const float* __restrict__ bias, int act,
-                                             const float* res, int ldr, float* Y, int ldy) {
+                                             const float* res, int ldr, float* Y, int ldy,
+                                             TileChain ch) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char tile_smem[];
     constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
@@ -161,24 +178,72 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     else
         __syncthreads();
     // This block's rows: each output summed over the S senders in rank order (as tile.cu),
-    // then the epilogue.
+    // then the epilogue. Local row r is row m = 2 (s + S (r / 2)) + r % 2.
     const int mine_rows = s < pairs ? 2 * ((pairs - s + S - 1) / S) : 0;
+    __shared__ float s_inv[8 * MT], s_ss[TILE_THREADS / 32];
+    if (ch.ss_in) {
+        const int parts = K / TILE_N;
+        for (int r = threadIdx.x; r < mine_rows; r += TILE_THREADS) {
+            const int m = 2 * (s + S * (r >> 1)) + (r & 1);
+            float q = 0.f;
+            for (int t = 0; t < parts && m < rows; t++) q += ch.ss_in[(size_t)t * M + m];
+            s_inv[r] = 1.0f / sqrtf(q / (float)K + ch.eps);
+        }
+        __syncthreads();
+    }
+    const int nout = act == 2 ? N / 2 : N;
+    // mine_rows is even: every thread takes the same number of passes, the first 128
+    // threads a row r, the other 128 row r + 1
     for (int e = threadIdx.x; e < mine_rows * TILE_N; e += TILE_THREADS) {
         const int r = e / TILE_N, n = e - r * TILE_N;
         const int m = 2 * (s + S * (r >> 1)) + (r & 1);
-        if (m >= rows || (act == 2 && (n & 1))) continue;  // odd n: the up row of a pair
-        float v = 0.f, up = 0.f;
-        for (int p = 0; p < S; p++) {
-            const float* a = inbox_p + (p * local_rows + r) * TILE_WG_LD + n;
-            v += a[0];
-            if (act == 2) up += a[1];
+        float o = 0.f;
+        // odd n with act 2: the up row of a pair
+        if (m < rows && !(act == 2 && (n & 1))) {
+            float v = 0.f, up = 0.f;
+            for (int p = 0; p < S; p++) {
+                const float* a = inbox_p + (p * local_rows + r) * TILE_WG_LD + n;
+                v += a[0];
+                if (act == 2) up += a[1];
+            }
+            if (ch.ss_in) {
+                v *= s_inv[r];
+                up *= s_inv[r];
+            }
+            o = linear_store(v, up, n0 + n, m, act, bias, res, ldr, Y, ldy);
+            if (ch.xo) {
+                const int col = act == 2 ? (n0 + n) / 2 : n0 + n;
+                const float x = ch.xo_g ? ch.xo_g[col] * o : o;
+                const bf16 hi = f2bf(x);
+                ch.xo[(size_t)m * nout + col] = hi;
+                ch.xo[(size_t)(M + m) * nout + col] = f2bf(x - bf2f(hi));
+            }
         }
-        linear_store(v, up, n0 + n, m, act, bias, res, ldr, Y, ldy);
+        if (ch.ss_out) {
+            const float q = warp_sum(o * o);
+            if (lane == 0) s_ss[warp] = q;
+            __syncthreads();
+            if ((threadIdx.x & (TILE_N - 1)) == 0 && m < rows) {
+                const float* w4 = s_ss + (threadIdx.x >> 5);
+                ch.ss_out[(size_t)blockIdx.y * M + m] = ((w4[0] + w4[1]) + w4[2]) + w4[3];
+            }
+            __syncthreads();
+        }
     }
     // no block reads another's shared memory after the barrier: nothing to wait for
 #endif
 }
 
-TILE_KERNEL(tile_wg_linear_t, tile_wg_body, 2)
-TILE_KERNEL(tile_wg_linear_t, tile_wg_body, 4)
-TILE_KERNEL(tile_wg_linear_t, tile_wg_body, 8)
+// tile.cu's entry point arguments, then the chain's (TileChain, in its order).
+#define TILE_WG_KERNEL(MT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS) tile_wg_linear_t##MT(            \
+        const bf16* __restrict__ W, int N, int K, const bf16* __restrict__ xb, int M,           \
+        const float* __restrict__ bias, int act, const float* res, int ldr, float* Y, int ldy, \
+        const float* ss_in, float eps, bf16* xo, const float* xo_g, float* ss_out) {            \
+        tile_wg_body<MT>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy,                           \
+                         TileChain{ss_in, eps, xo, xo_g, ss_out});                              \
+    }
+
+TILE_WG_KERNEL(2)
+TILE_WG_KERNEL(4)
+TILE_WG_KERNEL(8)

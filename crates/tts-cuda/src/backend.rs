@@ -162,6 +162,7 @@ impl CudaBackend {
         ws.scratch.paths.wide &= opts.wide_linear;
         ws.scratch.paths.chain_split &= opts.chain_split;
         ws.scratch.paths.chain_attention = opts.chain_attention;
+        ws.scratch.paths.chain_tile = opts.chain_tile;
         ws.scratch.paths.group_attention = opts.group_attention;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {

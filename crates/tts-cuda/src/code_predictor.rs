@@ -12,7 +12,7 @@ use tts_model::config::NUM_CODE_GROUPS;
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
 use crate::kernels;
-use crate::linear::{linear, Act, Rows};
+use crate::linear::{linear, Act, NextLinear, Rows};
 use crate::persistent::Persistent;
 use crate::stack::{run_layers, Attention, Kv, Tokens};
 use crate::weights::{DevCodePredictor, DevTalker};
@@ -95,15 +95,16 @@ pub fn predict(
     // The stack over `tok` (rows of `per_row` new tokens; with `qkv_given` the first
     // layer's QKV rows are the table's, written by the sampler). Its weights are read 15
     // times a frame: a share stays in L2 when reserved (`Gpu::reserve_l2_for`).
-    let layers = |tok: Tokens, per_row: usize, qkv_given: bool| {
+    // `then`: the head that reads the stack's rows next (one token a row only).
+    let layers = |tok: Tokens, per_row: usize, qkv_given: bool, then: Option<NextLinear>| {
         gpu.with_l2_persist(|| {
             let mode = Attention::Fused {
                 tokens_per_row: per_row,
             };
-            run_layers(gpu, &cp.stack, ws, tok, kv, (mode, qkv_given))
+            run_layers(gpu, &cp.stack, ws, tok, kv, (mode, qkv_given), then)
         })
     };
-    layers(tok, 2, false)?;
+    layers(tok, 2, false, None)?;
     // The head reads each row's second token.
     let mut last = Rows {
         ptr: ws.cp_x.at(ch),
@@ -119,7 +120,11 @@ pub fn predict(
                 slots: rows1,
                 positions,
             };
-            layers(tok, 1, cp.qkv0.is_some())?;
+            let head = NextLinear {
+                n: cp.lm_heads[j].n,
+                norm: Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)),
+            };
+            layers(tok, 1, cp.qkv0.is_some(), Some(head))?;
             last = Rows {
                 ptr: ws.cp_x.ptr,
                 ld: ch,

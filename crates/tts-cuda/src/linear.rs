@@ -6,9 +6,12 @@
 //! Four paths (`routing` picks one per call): a GEMV launch (up to 8 rows); one launch of
 //! `mma_cluster.cu` (up to 64 rows on tensor cores, norm and epilogue fused, sm_90); or the
 //! rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
-//! multiplied on tensor cores by `mma.cu` (one launch, epilogue fused) or by cuBLAS
-//! followed by an epilogue kernel, which can also write the next layer's split rows
-//! ([`linear_then`]: one `to_bf16_rows` launch fewer).
+//! multiplied on tensor cores by `mma.cu` (one launch, epilogue fused), `tile.cu` /
+//! `tile_wg.cu` (`tile`), or by cuBLAS followed by an epilogue kernel. The cuBLAS
+//! epilogue and `tile_wg.cu` can also write the next layer's split rows ([`linear_then`]:
+//! one `to_bf16_rows` launch fewer).
+
+mod tile;
 
 use std::cell::Cell;
 
@@ -20,6 +23,7 @@ pub use crate::routing::{
     cluster_split, tile_split, wide_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
     GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
+pub use tile::{tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
 /// layer the same weights as E4M3 codes with row scales.
@@ -108,6 +112,12 @@ pub enum Act {
 pub struct GemmScratch {
     /// Input rows as bf16 hi (rows 0..m) and lo (rows m..2m) parts.
     pub xb: DBuf<u16>,
+    /// A second buffer of split rows, the size of `xb`: a `tile_wg.cu` call writing the next
+    /// layer's rows ([`tile`]'s chain) writes the buffer it does not read.
+    xb_alt: DBuf<u16>,
+    /// Per buffer of split rows, the rows' Σ x² by 128-column tile (`[tile][row]`) when the
+    /// rows wait for their norm's 1 / rms (the chain's deferred norm).
+    ss: [DBuf<f32>; 2],
     /// cuBLAS output before the epilogue.
     pub acc: DBuf<f32>,
     pub paths: LinearPaths,
@@ -116,21 +126,33 @@ pub struct GemmScratch {
     split_ready: Cell<Option<SplitRows>>,
 }
 
-/// Which rows split bf16 rows were made from: (pointer, ld, count, width, norm gain, eps).
+/// Which rows split bf16 rows were made from: (pointer, ld, count, width, norm gain, eps),
+/// in which buffer (0: `xb`, 1: `xb_alt`), and whether the norm's 1 / rms is still to be
+/// applied (`deferred`: the rows are g ⊙ x, their Σ x² partials in that buffer's `ss`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct SplitRows {
     x: (u64, usize, usize),
     k: usize,
     norm: (u64, f32),
+    buf: usize,
+    deferred: bool,
 }
 
 impl SplitRows {
+    /// Rows in `xb`, norm applied.
     fn new(x: Rows, k: usize, norm: (u64, f32)) -> Self {
         Self {
             x: (x.ptr, x.ld, x.count),
             k,
             norm,
+            buf: 0,
+            deferred: false,
         }
+    }
+
+    /// Whether these are `want`'s rows, width and norm (wherever they are).
+    fn same_rows(&self, want: &SplitRows) -> bool {
+        (self.x, self.k, self.norm) == (want.x, want.k, want.norm)
     }
 }
 
@@ -144,8 +166,11 @@ pub struct NextLinear {
 
 impl GemmScratch {
     pub fn new(gpu: &Gpu, max_rows: usize, max_k: usize, max_n: usize) -> Result<Self, CudaError> {
+        let ss_len = max_rows * max_n.div_ceil(TILE_N);
         Ok(Self {
             xb: gpu.zeros(max_rows * max_k)?,
+            xb_alt: gpu.zeros(max_rows * max_k)?,
+            ss: [gpu.zeros(ss_len)?, gpu.zeros(ss_len)?],
             acc: gpu.zeros(max_rows * max_n)?,
             paths: LinearPaths {
                 cluster: gpu.clusters,
@@ -154,10 +179,25 @@ impl GemmScratch {
                 wide: gpu.wides,
                 chain_split: true,
                 chain_attention: true,
+                chain_tile: true,
                 ..Default::default()
             },
             split_ready: Cell::new(None),
         })
+    }
+
+    /// Split-row buffer `buf` (0: `xb`, 1: `xb_alt`).
+    fn split_buf(&self, buf: usize) -> u64 {
+        if buf == 0 {
+            self.xb.ptr
+        } else {
+            self.xb_alt.ptr
+        }
+    }
+
+    /// The Σ x² partials of split-row buffer `buf`.
+    fn ss_buf(&self, buf: usize) -> u64 {
+        self.ss[buf].ptr
     }
 
     /// Where the attention kernels should write the O projection's input `rows` (width `k`,
@@ -243,7 +283,9 @@ fn reads_split_rows(path: LinearPath) -> bool {
 /// nothing else writing those rows in between). When both run on split bf16 rows
 /// and this one ends in `linear_epilogue` (cuBLAS), the epilogue also writes the next
 /// layer's split rows, norm applied, and that call skips its `to_bf16_rows` launch: the
-/// same values from one launch fewer. With `next`, a staged one-row GEMV also lets the
+/// same values from one launch fewer. When both run on `tile_wg.cu`, its epilogue writes
+/// them (`tile`'s chain: the norm applied to the next layer's sums, so the same values
+/// to f32 rounding). With `next`, a staged one-row GEMV also lets the
 /// next launch start before its own PDL wait: every linear path's first launch reads
 /// nothing but weights before its wait (`gemv_staged.cu`).
 #[allow(clippy::too_many_arguments)]
@@ -298,7 +340,14 @@ pub fn linear_then(
             l.k
         )));
     }
-    if ready != Some(SplitRows::new(x, l.k, (norm_p, eps))) {
+    // rows a tile_wg.cu call wrote: in either buffer, normless, for the tile path only
+    let want = SplitRows::new(x, l.k, (norm_p, eps));
+    let tile_wg = path == LinearPath::Tile && scratch.paths.tile_wg;
+    let input = match ready {
+        Some(r) if r.same_rows(&want) && (tile_wg || (r.buf == 0 && !r.deferred)) => r,
+        _ => want,
+    };
+    if input == want && ready != Some(want) {
         gpu.launch(
             "to_bf16_rows",
             (m as u32, 1, 1),
@@ -316,7 +365,7 @@ pub fn linear_then(
         )?;
     }
     if path == LinearPath::Tile {
-        return tile(gpu, l, &call, scratch.xb.ptr, scratch.paths.tile_wg);
+        return tile::tile(gpu, l, &call, scratch, input, next);
     }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
@@ -386,70 +435,6 @@ pub fn linear_then(
     )?;
     scratch.split_ready.set(split_next);
     Ok(())
-}
-
-/// Bytes of dynamic shared memory a `tile.cu` block of `mt` row tiles of 8 takes: its
-/// pipeline of 3 stages, each a 128 × 64 weight tile and 16 `mt` rows of 64 (hi and lo).
-pub const fn tile_smem(mt: usize) -> usize {
-    3 * (TILE_N + 16 * mt) * TILE_K * 2
-}
-
-/// `tile.cu`'s entry points by rows: (name, row tiles of 8).
-pub const TILE_KERNELS: [(&str, usize); 3] = [
-    ("tile_linear_t2", 2),
-    ("tile_linear_t4", 4),
-    ("tile_linear_t8", 8),
-];
-
-/// `tile_wg.cu`'s entry points by rows (the same row tiles as [`TILE_KERNELS`]).
-pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
-    ("tile_wg_linear_t2", 2),
-    ("tile_wg_linear_t4", 4),
-    ("tile_wg_linear_t8", 8),
-];
-
-/// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline
-/// ([`tile_wg_stages`] stages of `tile.cu`'s size), up to 1024 bytes to start its tiles on
-/// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
-/// senders × local rows <= 8 `mt` + 14 for up to 8 senders).
-pub const fn tile_wg_smem(mt: usize) -> usize {
-    tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2
-        + 1024
-        + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
-}
-
-/// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 16 rows, else 3.
-pub const fn tile_wg_stages(mt: usize) -> usize {
-    if mt == 2 {
-        4
-    } else {
-        3
-    }
-}
-
-/// Blocks per cluster `tile.cu` and `tile_wg.cu` take at most (`TILE_MAX_SPLITS`).
-const TILE_MAX_SPLITS: usize = 8;
-
-/// One launch of `tile.cu` (or, with `wg`, `tile_wg.cu`) for up to 64 rows whose bf16 hi +
-/// lo parts are at `xb`: a cluster of `tile_split` blocks per 128 outputs.
-fn tile(gpu: &Gpu, l: &Linear, c: &RowCall, xb: u64, wg: bool) -> Result<(), CudaError> {
-    let m = c.x.count;
-    let splits = tile_split(l.n, l.k)
-        .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
-    let entries = if wg { TILE_WG_KERNELS } else { TILE_KERNELS };
-    let (name, mt) = match m {
-        0..=16 => entries[0],
-        17..=32 => entries[1],
-        _ => entries[2],
-    };
-    let args = split_rows_args(l, xb, c);
-    let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
-    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) } as u32;
-    if splits == 1 {
-        gpu.launch_with(name, grid, 256, smem, &args)
-    } else {
-        gpu.launch_cluster(name, grid, 256, smem, splits as u32, &args)
-    }
 }
 
 /// `wide.cu`'s entry points: (name, row tiles of 8); each warp owns one group of 16
@@ -803,60 +788,7 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        staged_mma_plan, staged_plan, tile_wg_smem, tile_wg_stages, StagedPlan, STAGED_MAX_SMEM,
-        STAGED_MMA_MAX_SMEM, TILE_K, TILE_MAX_SPLITS, TILE_N,
-    };
-
-    /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
-    /// every cluster size, each row has exactly one finishing rank and local row, the
-    /// finishing rank walks exactly its rows, and the inbox (senders × local rows of 129
-    /// floats) fits after the pipeline in the shared memory the host asks for; the kernel
-    /// for up to 16 rows still fits two blocks on an H200 multiprocessor (228 KiB, 1 KiB
-    /// reserved per block), every kernel one (227 KiB at most).
-    #[test]
-    fn tile_wg_inbox_fits_and_every_row_has_one_finisher() {
-        for mt in [2usize, 4, 8] {
-            let pipeline = tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
-            assert!(tile_wg_smem(mt) <= 227 << 10, "mt {mt}");
-            for splits in [1usize, 2, 4, 8] {
-                assert!(splits <= TILE_MAX_SPLITS);
-                for rows in 1..=8 * mt {
-                    let pairs = rows.div_ceil(2);
-                    let local_rows = 2 * pairs.div_ceil(splits);
-                    let inbox = splits * local_rows * (TILE_N + 1) * 4;
-                    assert!(
-                        pipeline + 1023 + inbox <= tile_wg_smem(mt),
-                        "mt {mt}, {splits} splits, {rows} rows"
-                    );
-                    // where the senders put row m
-                    let mut slots = std::collections::HashSet::new();
-                    for m in 0..rows {
-                        let (owner, r) = ((m / 2) % splits, 2 * (m / 2 / splits) + m % 2);
-                        assert!(r < local_rows, "row {m}");
-                        assert!(slots.insert((owner, r)), "row {m} shares its slot");
-                        // and what the owner reads back at local row r
-                        assert_eq!(2 * (owner + splits * (r / 2)) + r % 2, m);
-                    }
-                    // each rank walks its local rows (those past `rows` are skipped)
-                    let walked: usize = (0..splits)
-                        .map(|s| {
-                            let mine = if s < pairs {
-                                2 * (pairs - s).div_ceil(splits)
-                            } else {
-                                0
-                            };
-                            (0..mine)
-                                .filter(|&r| 2 * (s + splits * (r / 2)) + r % 2 < rows)
-                                .count()
-                        })
-                        .sum();
-                    assert_eq!(walked, rows, "mt {mt}, {splits} splits, {rows} rows");
-                }
-            }
-        }
-        assert!(2 * (tile_wg_smem(2) + 1024) <= 228 << 10);
-    }
+    use super::{staged_mma_plan, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_MAX_SMEM};
 
     /// On the H200's 132 multiprocessors the staged MMA takes every code-predictor matrix
     /// of the 1.7B geometry at every row count (the widest, gate/up, with 48 rows a block

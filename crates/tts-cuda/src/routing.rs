@@ -162,6 +162,9 @@ pub struct LinearPaths {
     /// The attention kernels write the O projection's split input rows when it reads
     /// split rows (`GemmScratch::split_target`).
     pub chain_attention: bool,
+    /// A `tile_wg.cu` call writes the split input rows of the layer that reads its output
+    /// next, when that layer runs on `tile_wg.cu` too (a norm deferred to its sums).
+    pub chain_tile: bool,
     /// Whether the code predictor's short-cache attention takes one block per kv-head
     /// group instead of one per q head: always / never (parity tests, benchmarks), else
     /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).

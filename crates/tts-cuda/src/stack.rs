@@ -47,7 +47,8 @@ pub enum Attention {
 
 /// Runs every layer of `s` over `tok` (final norm not applied). With `qkv_given` the
 /// first layer's QKV rows are already in `ws.qkv` (the code predictor's table, written by
-/// its sampler) and its projection is skipped.
+/// its sampler) and its projection is skipped. `then`: the linear layer that reads the
+/// residual rows `tok.x` next, if the caller's next call is one (`linear_then`).
 pub fn run_layers(
     gpu: &Gpu,
     s: &DevStack,
@@ -55,6 +56,7 @@ pub fn run_layers(
     tok: Tokens,
     kv: Kv,
     (mode, qkv_given): (Attention, bool),
+    then: Option<NextLinear>,
 ) -> Result<(), CudaError> {
     let d = &s.dims;
     let (h, qd, kvd) = (d.hidden, d.q_dim(), d.kv_dim());
@@ -196,7 +198,8 @@ pub fn run_layers(
             ws.scratch.split_written(a, qd);
         }
         // Each of the next three calls is told which layer reads its output next, so a
-        // cuBLAS epilogue can write that layer's split input rows (`linear_then`).
+        // cuBLAS epilogue or a tile_wg.cu call can write that layer's split input rows
+        // (`linear_then`).
         let post_norm = Some((layer.post_norm.ptr, d.rms_eps));
         linear_then(
             gpu,
@@ -233,10 +236,13 @@ pub fn run_layers(
             ld: d.intermediate,
             count: tok.n,
         };
-        let next_qkv = s.layers.get(l + 1).map(|nl| NextLinear {
-            n: nl.qkv.n,
-            norm: Some((nl.input_norm.ptr, d.rms_eps)),
-        });
+        let next_qkv = match s.layers.get(l + 1) {
+            Some(nl) => Some(NextLinear {
+                n: nl.qkv.n,
+                norm: Some((nl.input_norm.ptr, d.rms_eps)),
+            }),
+            None => then,
+        };
         linear_then(
             gpu,
             &layer.down,

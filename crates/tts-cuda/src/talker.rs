@@ -283,6 +283,7 @@ fn split_pass(
         tok,
         talker_kv(ws),
         (Attention::Split, false),
+        None,
     )?;
     kernels::gather_u32(gpu, ws.x.ptr, h, h, p(4), rows, ws.last.ptr, h)?;
     let row_slots = ws.prefill_ints.at(4 * n + rows);
@@ -352,6 +353,7 @@ pub fn step(
             tok,
             talker_kv(ws),
             (Attention::Fused { tokens_per_row: 1 }, false),
+            None,
         )?;
     }
     kernels::copy_rows(gpu, ws.x.ptr, h, ws.last.ptr, h, h, b)?;

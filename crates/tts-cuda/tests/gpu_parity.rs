@@ -891,6 +891,53 @@ fn chained_split_rows_match_separate_conversion() {
     }
 }
 
+/// A `tile_wg.cu` layer writing the next layer's split input rows (`CudaOptions::chain_tile`:
+/// into the second buffer, and before a norm as g ⊙ y with per-tile Σ y², the next layer
+/// scaling its sums by 1 / rms) computes what each layer converting its own input computes,
+/// to f32 rounding: 20 rows in lock step (the talker step and the code predictor on the tile
+/// path on the 1.7B geometry; the demo model's shapes never take it) with f32 caches give
+/// identical sampled codes for 4 frames and last-head logits within 1e-4; and on the 1.7B
+/// the logits are not bit-identical, so the chain ran (the norm is applied after the sums).
+#[test]
+fn tile_chain_matches_separate_conversion() {
+    let test = "tile_chain_matches_separate_conversion";
+    let rows = 20usize;
+    let opts = |chain_tile| {
+        let mut o = CudaOptions {
+            chain_tile,
+            ..options(true)
+        };
+        o.limits.max_slots = 24;
+        o.limits.max_batch = 32;
+        o
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, rows, 3, |i| {
+            format!("Request {i}, its layers handing split rows on.")
+        });
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 140 + i).collect();
+        let Some(separate) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 4) else {
+            return;
+        };
+        let chained = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
+        assert_same_run(&format!("{name}, tile chain"), &chained, &separate, 1e-4);
+        let worst = chained
+            .1
+            .iter()
+            .zip(&separate.1)
+            .map(|(a, b)| rel_err(a, b))
+            .fold(0f32, f32::max);
+        if name != "demo" {
+            assert!(
+                worst > 0.0,
+                "{name}: the tile chain changed no logit bit: did it run?"
+            );
+        }
+        eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
+    }
+}
+
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
 /// head of its group, `CudaOptions::group_attention`) computes what one block per q head
 /// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same

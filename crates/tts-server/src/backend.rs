@@ -100,6 +100,8 @@ pub fn create_cuda(
         chain_split: on_unless_zero("QWEN3_TTS_CHAIN_SPLIT"),
         // the attention kernels write the O projection's split input rows (0: it converts its own)
         chain_attention: on_unless_zero("QWEN3_TTS_CHAIN_ATTENTION"),
+        // a tile_wg.cu layer writes the next one's split input rows (0: each converts its own)
+        chain_tile: on_unless_zero("QWEN3_TTS_CHAIN_TILE"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

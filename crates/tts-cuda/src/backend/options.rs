@@ -73,6 +73,12 @@ pub struct CudaOptions {
     /// `to_bf16_rows` launch (on by default: code predictor -4.5 % and talker step -3 % at
     /// 32 rows on the H200, same codes); off: the O projection converts its own input.
     pub chain_attention: bool,
+    /// Let a `tile_wg.cu` linear layer (9..=32 rows, and large matrices from 5) write the
+    /// split bf16 input rows of the next layer when that one runs on `tile_wg.cu` too: into
+    /// a second buffer, and before a norm as g ⊙ y with each row's Σ y² per 128-column tile,
+    /// the next layer scaling its sums by 1 / rms (as `mma_staged.cu`); saves that layer's
+    /// `to_bf16_rows` launch (three per decoder layer). Off: each converts its own input.
+    pub chain_tile: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -247,6 +253,7 @@ impl Default for CudaOptions {
             wide_linear: false,
             chain_split: true,
             chain_attention: true,
+            chain_tile: true,
             group_attention: None,
             prefix_cache: 64,
             persistent_cp_rows: 0,
