@@ -237,9 +237,15 @@ impl LinearPaths {
         // at 9..=32 rows (e.g. 16 rows of 2048 x 2048: 7.3 µs against the cluster kernel's
         // 8.4; 32 rows of 2048 x 6144: 16.9 against cuBLAS's 17.2), and from 5 rows on the
         // matrices of at least 8 Mi weights (8 rows of 4096 x 2048: 8.2 against mma.cu's
-        // 9.9); at 33..=64 rows cuBLAS stays ahead (`bench/results/2026-12-04-h200-tile-wg`)
+        // 9.9); at 33..=64 rows cuBLAS stays ahead (`bench/results/2026-12-04-h200-tile-wg`;
+        // with the chain too: talker step of 64 rows 2.516 -> 3.985 ms). Since its epilogue
+        // writes the next layer's split rows (`linear::tile`), also every talker matrix
+        // (both sides >= 2048) from 2 rows: the talker step of 2 / 4 / 8 rows measured
+        // 1.681 / 1.669 / 1.644 -> 1.471 / 1.468 / 1.502 ms (H200, `bench/results/
+        // 2026-12-04-h200-tile-chain`). The code predictor's matrices keep their paths at
+        // 2..=8 rows (it runs `mma_staged.cu` there, faster than tile_wg.cu in the stage).
         let tile_wg = match m {
-            5..=8 => n * k >= 8 << 20,
+            2..=8 => n.min(k) >= 2048 || n * k >= 8 << 20,
             9..=32 => true,
             _ => false,
         };
@@ -565,7 +571,7 @@ mod tests {
     }
 
     #[test]
-    fn tile_wg_takes_9_to_32_rows_and_the_larger_matrices_from_5_where_it_is_there() {
+    fn tile_wg_takes_9_to_32_rows_and_the_talker_matrices_from_2_where_it_is_there() {
         let p = LinearPaths {
             cluster: true,
             tile: true,
@@ -577,13 +583,17 @@ mod tests {
                 assert_eq!(p.choose(m, n, k), LinearPath::Tile, "{m} rows of {n}x{k}");
             }
         }
+        for m in 2..=8 {
+            for (n, k) in [(2048, 2048), (4096, 2048), (12288, 2048), (2048, 6144)] {
+                assert_eq!(p.choose(m, n, k), LinearPath::Tile, "{m} rows of {n}x{k}");
+            }
+        }
         for m in 5..=8 {
-            assert_eq!(p.choose(m, 4096, 2048), LinearPath::Tile, "{m} rows");
-            assert_eq!(p.choose(m, 2048, 6144), LinearPath::Tile, "{m} rows");
-            // smaller matrices keep their paths
+            // the code predictor's keep their paths
             assert_eq!(p.choose(m, 6144, 1024), LinearPath::Cluster, "{m} rows");
         }
-        assert_eq!(p.choose(4, 4096, 2048), LinearPath::Gemv);
+        assert_eq!(p.choose(2, 4096, 1024), LinearPath::Gemv);
+        assert_eq!(p.choose(1, 4096, 2048), LinearPath::Gemv);
         assert_eq!(p.choose(33, 2048, 2048), LinearPath::Cublas);
         // without the warpgroup kernels, as before
         let plain = LinearPaths {

@@ -138,9 +138,11 @@ pub struct CudaOptions {
     /// Code-predictor calls of at most this many rows (buckets) run their linear layers of
     /// two rows and more on `mma_staged.cu` (`SmallCall::StagedMma`), when the code
     /// predictor takes the staged GEMV (`staged_gemv`): weight tiles copied before the PDL
-    /// wait as for one row, tensor cores for the rows. Default 16 (0: never). Measured on
+    /// wait as for one row, tensor cores for the rows. Default 8 (0: never). Measured on
     /// the H200 (`bench/results/2026-12-03-h200-staged-mma`): 6-26 % faster at 2-16 rows,
-    /// slower from 32. Its split bf16 rows are as exact as the other tensor-core paths'
+    /// slower from 32; since `tile_wg.cu` chains its layers (`chain_tile`), the 16-row
+    /// bucket is faster there (2.736 -> 2.461 ms, `bench/results/2026-12-04-h200-tile-chain`)
+    /// and 2-8 rows still here (1.80-1.93 against 2.15-2.33 ms). Its split bf16 rows are as exact as the other tensor-core paths'
     /// (~1e-5 of a row's size; the GEMV it replaces at 2-4 rows is exact to f32).
     pub staged_mma_rows: usize,
     /// Compute the code predictor's first-layer QKV projection of every input row of
@@ -267,7 +269,7 @@ impl Default for CudaOptions {
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
             staged_gemv: StagedGemv::default(),
-            staged_mma_rows: 16,
+            staged_mma_rows: 8,
             cp_qkv_table: true,
             l2_persist_cp: false,
         }
