@@ -154,6 +154,13 @@ impl SplitRows {
     fn same_rows(&self, want: &SplitRows) -> bool {
         (self.x, self.k, self.norm) == (want.x, want.k, want.norm)
     }
+
+    /// What a call over `want`'s rows may read of the rows `ready` describes: any of them
+    /// (either buffer, norm deferred or not) on `tile_wg.cu`, which takes both; on the
+    /// other paths only rows in `xb` with their norm applied. None: it converts its own.
+    fn usable(ready: Option<SplitRows>, want: SplitRows, tile_wg: bool) -> Option<SplitRows> {
+        ready.filter(|r| r.same_rows(&want) && (tile_wg || (r.buf == 0 && !r.deferred)))
+    }
 }
 
 /// The linear layer that reads a call's output rows next (same rows, same count), for
@@ -340,14 +347,10 @@ pub fn linear_then(
             l.k
         )));
     }
-    // rows a tile_wg.cu call wrote: in either buffer, normless, for the tile path only
     let want = SplitRows::new(x, l.k, (norm_p, eps));
     let tile_wg = path == LinearPath::Tile && scratch.paths.tile_wg;
-    let input = match ready {
-        Some(r) if r.same_rows(&want) && (tile_wg || (r.buf == 0 && !r.deferred)) => r,
-        _ => want,
-    };
-    if input == want && ready != Some(want) {
+    let usable = SplitRows::usable(ready, want, tile_wg);
+    if usable.is_none() {
         gpu.launch(
             "to_bf16_rows",
             (m as u32, 1, 1),
@@ -365,7 +368,7 @@ pub fn linear_then(
         )?;
     }
     if path == LinearPath::Tile {
-        return tile::tile(gpu, l, &call, scratch, input, next);
+        return tile::tile(gpu, l, &call, scratch, usable.unwrap_or(want), next);
     }
     if path == LinearPath::TensorCores {
         let (name, tile) = match m {
@@ -789,6 +792,50 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<
 #[cfg(test)]
 mod tests {
     use super::{staged_mma_plan, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_MAX_SMEM};
+    use super::{Rows, SplitRows};
+
+    /// Split rows a call may take instead of converting its own: the same rows, width and
+    /// norm; rows in the second buffer or with the norm deferred only on `tile_wg.cu`.
+    #[test]
+    fn split_rows_are_reused_only_where_their_reader_can_take_them() {
+        let x = Rows {
+            ptr: 0x1000,
+            ld: 1024,
+            count: 20,
+        };
+        let norm = (0x2000, 1e-6);
+        let want = SplitRows::new(x, 1024, norm);
+        // converted rows (buffer 0, norm applied): any path
+        for tile_wg in [false, true] {
+            assert_eq!(SplitRows::usable(Some(want), want, tile_wg), Some(want));
+            assert_eq!(SplitRows::usable(None, want, tile_wg), None);
+        }
+        // a tile_wg.cu epilogue's rows: the other buffer, the norm deferred
+        let chained = SplitRows {
+            buf: 1,
+            deferred: true,
+            ..want
+        };
+        assert_eq!(SplitRows::usable(Some(chained), want, true), Some(chained));
+        assert_eq!(SplitRows::usable(Some(chained), want, false), None);
+        let other_buffer = SplitRows { buf: 1, ..want };
+        assert_eq!(SplitRows::usable(Some(other_buffer), want, false), None);
+        let deferred = SplitRows {
+            deferred: true,
+            ..want
+        };
+        assert_eq!(SplitRows::usable(Some(deferred), want, false), None);
+        // other rows, width or norm: never
+        let moved = Rows { ptr: 0x3000, ..x };
+        for other in [
+            SplitRows::new(moved, 1024, norm),
+            SplitRows::new(x, 2048, norm),
+            SplitRows::new(x, 1024, (0x4000, 1e-6)),
+            SplitRows::new(x, 1024, (0, 0.0)),
+        ] {
+            assert_eq!(SplitRows::usable(Some(other), want, true), None);
+        }
+    }
 
     /// On the H200's 132 multiprocessors the staged MMA takes every code-predictor matrix
     /// of the 1.7B geometry at every row count (the widest, gate/up, with 48 rows a block

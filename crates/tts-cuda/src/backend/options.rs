@@ -73,7 +73,7 @@ pub struct CudaOptions {
     /// `to_bf16_rows` launch (on by default: code predictor -4.5 % and talker step -3 % at
     /// 32 rows on the H200, same codes); off: the O projection converts its own input.
     pub chain_attention: bool,
-    /// Let a `tile_wg.cu` linear layer (9..=32 rows, and large matrices from 5) write the
+    /// Let a `tile_wg.cu` linear layer (9..=32 rows, the talker's matrices from 2) write the
     /// split bf16 input rows of the next layer when that one runs on `tile_wg.cu` too: into
     /// a second buffer, and before a norm as g ⊙ y with each row's Σ y² per 128-column tile,
     /// the next layer scaling its sums by 1 / rms (as `mma_staged.cu`); saves that layer's
