@@ -853,10 +853,12 @@ fn persistent_kernels_match_the_launch_path() {
 /// A cuBLAS epilogue that also writes the next layer's split bf16 input rows
 /// (`CudaOptions::chain_split`), and with `chain_attention` the attention kernels writing the
 /// O projection's (both on by default), compute what each layer converting its own input
-/// computes: 20 rows in lock step (every linear layer of the talker step and the code
-/// predictor on cuBLAS, and the batched prefill) give identical sampled codes for 4 frames
-/// and the same last-head logits, with the production bf16 caches; on the demo model and
-/// the full-size 1.7B geometry.
+/// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same
+/// last-head logits, with the production bf16 caches; on the demo model (whose shapes the
+/// tile kernels do not take: every layer of 20 rows on cuBLAS) and the full-size 1.7B
+/// geometry (its 20-row stage calls on `tile_wg.cu` since 2026-12-04, the attention's rows
+/// read there; the batched prefill's hundreds of rows on cuBLAS). `chain_tile` is on in
+/// both runs: what it writes does not depend on where its input rows came from.
 #[test]
 fn chained_split_rows_match_separate_conversion() {
     let test = "chained_split_rows_match_separate_conversion";
