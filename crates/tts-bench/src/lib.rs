@@ -10,6 +10,7 @@ pub mod arrivals;
 pub mod client;
 pub mod client_http;
 pub mod client_ws;
+pub mod ncu;
 pub mod playback;
 pub mod plot;
 pub mod record;
