@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Which kernels the stages spend their time in (issue 3): Nsight Compute over
 # `qwen3-tts bench-stages`, every graph node timed alone, one CSV per batch size.
-# Usage (repository root of the device machine, binaries and kernel cache carried in
-# .device-carry/, env.sh written by the build):
-#   BATCHES="32 1" bash bench/ncu-stages.sh
+# Usage (repository root of the device machine, `qwen3-tts` and, when built ahead, the kernel
+# cache (kcache.tgz or kcache/) carried in .device-carry/):
+#   BATCHES="32 1" OUT=$OUT bash bench/ncu-stages.sh
 # Then here, after gunzip: cargo run -p tts-bench --example ncu_stages -- ncu_b32.csv ncu_b1.csv
 # (~1 min per batch size on the H200; the sums exceed the graphs' times: no overlap between
 # launches under the profiler).
 set -u
-source .device-carry/env.sh
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+D=.device-carry
+[ -f "$D/kcache.tgz" ] && [ ! -d "$D/kcache" ] && tar xzf "$D/kcache.tgz" -C "$D"
+[ -d "$PWD/$D/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for b in ${BATCHES:-32 1}; do
