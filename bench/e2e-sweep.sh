@@ -9,12 +9,7 @@
 # It writes ~5 files per rate, and a device call brings back only a few files from its $OUT:
 # there, set OUT to a scratch folder and PACK=$OUT/<name>.tgz to get them as one archive.
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
-D=.device-carry
-# kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried,
-# packed (kcache.tgz) or not; without them the server compiles its kernels first (~2 min)
-[ -f "$D/kcache.tgz" ] && [ ! -d "$D/kcache" ] && tar xzf "$D/kcache.tgz" -C "$D"
-[ -d "$PWD/$D/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 LABEL=${LABEL:-a}
 WARMUP=${WARMUP:-30}

@@ -8,10 +8,7 @@
 # (~1 min per batch size on the H200; the sums exceed the graphs' times: no overlap between
 # launches under the profiler).
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
-D=.device-carry
-[ -f "$D/kcache.tgz" ] && [ ! -d "$D/kcache" ] && tar xzf "$D/kcache.tgz" -C "$D"
-[ -d "$PWD/$D/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for b in ${BATCHES:-32 1}; do
