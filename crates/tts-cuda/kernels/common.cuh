@@ -116,6 +116,14 @@ __device__ float row_inv_rms(const float* __restrict__ x, int n, float eps,
     return 1.0f / sqrtf(s / (float)n + eps);
 }
 
+// Value v of column k of row r of the split rows: v = hi + lo, hi = bf16(v) in out row r,
+// lo = bf16(v - hi) in out row rows + r.
+__device__ __forceinline__ void split_store(bf16* out, int ldo, int rows, int r, int k, float v) {
+    const bf16 hi = f2bf(v);
+    out[(size_t)r * ldo + k] = hi;
+    out[(size_t)(rows + r) * ldo + k] = f2bf(v - bf2f(hi));
+}
+
 // Row r of the split rows, by the whole block: v = g ⊙ x / sqrt(mean(x²) + eps), or plain
 // x when g is null, split as v = hi + lo with hi = bf16(v) in out row r and lo = bf16(v - hi)
 // in out row rows + r (the GEMM then multiplies both and the epilogue adds them). Plain
@@ -133,10 +141,7 @@ __device__ void split_row(const float* x, int K, const float* __restrict__ g, fl
         inv = 1.0f / sqrtf(s / (float)K + eps);
     }
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        float v = g ? g[k] * (x[k] * inv) : x[k];
-        bf16 hi = f2bf(v);
-        out[(size_t)r * ldo + k] = hi;
-        out[(size_t)(rows + r) * ldo + k] = f2bf(v - bf2f(hi));
+        split_store(out, ldo, rows, r, k, g ? g[k] * (x[k] * inv) : x[k]);
     }
 }
 

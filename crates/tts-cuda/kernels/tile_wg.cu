@@ -180,11 +180,12 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     // This block's rows: each output summed over the S senders in rank order (as tile.cu),
     // then the epilogue. Local row r is row m = 2 (s + S (r / 2)) + r % 2.
     const int mine_rows = s < pairs ? 2 * ((pairs - s + S - 1) / S) : 0;
+    auto row_of = [&](int r) { return 2 * (s + S * (r >> 1)) + (r & 1); };
     __shared__ float s_inv[8 * MT], s_ss[TILE_THREADS / 32];
     if (ch.ss_in) {
         const int parts = K / TILE_N;
         for (int r = threadIdx.x; r < mine_rows; r += TILE_THREADS) {
-            const int m = 2 * (s + S * (r >> 1)) + (r & 1);
+            const int m = row_of(r);
             float q = 0.f;
             for (int t = 0; t < parts && m < rows; t++) q += ch.ss_in[(size_t)t * M + m];
             s_inv[r] = 1.0f / sqrtf(q / (float)K + ch.eps);
@@ -196,7 +197,7 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     // threads a row r, the other 128 row r + 1
     for (int e = threadIdx.x; e < mine_rows * TILE_N; e += TILE_THREADS) {
         const int r = e / TILE_N, n = e - r * TILE_N;
-        const int m = 2 * (s + S * (r >> 1)) + (r & 1);
+        const int m = row_of(r);
         float o = 0.f;
         // odd n with act 2: the up row of a pair
         if (m < rows && !(act == 2 && (n & 1))) {
@@ -213,10 +214,7 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
             o = linear_store(v, up, n0 + n, m, act, bias, res, ldr, Y, ldy);
             if (ch.xo) {
                 const int col = act == 2 ? (n0 + n) / 2 : n0 + n;
-                const float x = ch.xo_g ? ch.xo_g[col] * o : o;
-                const bf16 hi = f2bf(x);
-                ch.xo[(size_t)m * nout + col] = hi;
-                ch.xo[(size_t)(M + m) * nout + col] = f2bf(x - bf2f(hi));
+                split_store(ch.xo, nout, M, m, col, ch.xo_g ? ch.xo_g[col] * o : o);
             }
         }
         if (ch.ss_out) {
