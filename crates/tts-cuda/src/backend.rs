@@ -164,6 +164,7 @@ impl CudaBackend {
         ws.scratch.paths.chain_attention = opts.chain_attention;
         ws.scratch.paths.chain_tile = opts.chain_tile;
         ws.scratch.paths.group_attention = opts.group_attention;
+        ws.scratch.paths.row_attention_rows = opts.row_attention_rows;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

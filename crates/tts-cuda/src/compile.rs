@@ -26,6 +26,11 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("tile_wg.cu", include_str!("../kernels/tile_wg.cu")),
     ("mma_cluster.cu", include_str!("../kernels/mma_cluster.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    // after attention.cu: its norm_rope, rope_angles and cache stores
+    (
+        "attention_row.cu",
+        include_str!("../kernels/attention_row.cu"),
+    ),
     ("embed.cu", include_str!("../kernels/embed.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),

@@ -169,6 +169,9 @@ pub struct LinearPaths {
     /// group instead of one per q head: always / never (parity tests, benchmarks), else
     /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).
     pub group_attention: Option<bool>,
+    /// Talker steps of at most this many rows attend on `attention_row.cu`
+    /// (`CudaOptions::row_attention_rows`; 0: never).
+    pub row_attention_rows: usize,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,

@@ -40,8 +40,9 @@ pub enum Attention {
     /// QK-norm/RoPE/KV write, then attention over the cache: any tokens, including many
     /// of one slot (prefill).
     Split,
-    /// One fused kernel (`fused_attention`) for rows of `tokens_per_row` (1..=4) new
-    /// consecutive tokens whose earlier positions are cached: decoding, the code predictor.
+    /// One fused kernel (`fused_attention`; `row_attention` for small talker steps) for
+    /// rows of `tokens_per_row` (1..=4) new consecutive tokens whose earlier positions are
+    /// cached: decoding, the code predictor.
     Fused { tokens_per_row: usize },
 }
 
@@ -164,14 +165,20 @@ pub fn run_layers(
                 let rows = tok.n / tokens_per_row;
                 // a cache short enough to sit in shared memory (the code predictor's)
                 let short = kv.max_pos <= SHORT_CACHE_POSITIONS;
+                let by_row = !short
+                    && tokens_per_row == 1
+                    && rows <= ws.scratch.paths.row_attention_rows
+                    && row_attention_fits(d.head_dim);
                 gpu.launch(
-                    match (short, by_group, f32_kv) {
-                        (true, true, true) => "fused_attention_short_group_f32",
-                        (true, true, false) => "fused_attention_short_group",
-                        (true, false, true) => "fused_attention_short_f32",
-                        (true, false, false) => "fused_attention_short",
-                        (false, _, true) => "fused_attention_f32",
-                        (false, _, false) => "fused_attention",
+                    match (short, by_group, by_row, f32_kv) {
+                        (true, true, _, true) => "fused_attention_short_group_f32",
+                        (true, true, _, false) => "fused_attention_short_group",
+                        (true, false, _, true) => "fused_attention_short_f32",
+                        (true, false, _, false) => "fused_attention_short",
+                        (false, _, true, true) => "row_attention_f32",
+                        (false, _, true, false) => "row_attention",
+                        (false, _, false, true) => "fused_attention_f32",
+                        (false, _, false, false) => "fused_attention",
                     },
                     (
                         if by_group { d.kv_heads } else { d.heads } as u32,
@@ -259,6 +266,12 @@ pub fn run_layers(
     Ok(())
 }
 
+/// Whether `attention_row.cu` takes heads of `head_dim`: 8 dims per lane, a power-of-two
+/// group of at most 16 lanes per position.
+fn row_attention_fits(head_dim: usize) -> bool {
+    head_dim.is_multiple_of(8) && (head_dim / 8).is_power_of_two() && head_dim <= 128
+}
+
 /// `out[r] = final_norm(x[r])` for `n` rows of width `h` (ld `ldx`).
 pub fn final_norm(
     gpu: &Gpu,
@@ -316,4 +329,21 @@ fn short_attention_by_group(
     };
     let at_once = gpu.blocks_per_sm(name, 128, 0)? as usize * gpu.sm_count as usize;
     Ok(tok.n / tokens_per_row * d.heads > at_once)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_attention_fits;
+
+    /// `attention_row.cu` takes the release heads (128) and the demo's (16), not dims its
+    /// lane groups cannot split.
+    #[test]
+    fn row_attention_takes_power_of_two_lane_groups() {
+        for hd in [8, 16, 32, 64, 128] {
+            assert!(row_attention_fits(hd), "{hd}");
+        }
+        for hd in [0, 4, 24, 96, 120, 256] {
+            assert!(!row_attention_fits(hd), "{hd}");
+        }
+    }
 }

@@ -940,6 +940,52 @@ fn tile_chain_matches_separate_conversion() {
     }
 }
 
+/// The talker's row attention (`attention_row.cu`: cached K/V rows requested before the
+/// PDL wait, online softmax per lane group, `CudaOptions::row_attention_rows`) computes
+/// what `fused_attention` computes: 3 rows in lock step with f32 caches give identical
+/// sampled codes for 6 frames and last-head logits within 1e-4, on the demo model (16-dim
+/// heads) and the full-size 1.7B geometry, whose long prompts (over 64 positions) take
+/// two chunks of cached rows.
+#[test]
+fn row_attention_matches_fused_attention() {
+    let test = "row_attention_matches_fused_attention";
+    let rows = 3usize;
+    let opts = |row_attention_rows| CudaOptions {
+        row_attention_rows,
+        ..options(true)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, rows, 3, |i| {
+            format!(
+                "Request {i} has a long prompt, so that its talker attends over more cached \
+                 positions than one chunk of registers holds: the quick brown fox jumps over \
+                 the lazy dog, then runs through the forest, across the river and up the hill \
+                 until the evening light fades and the stars come out one by one."
+            )
+        });
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 210 + i).collect();
+        let Some(fused) = lock_step_on(&model, test, opts(0), &prompts, &seeds, 6) else {
+            return;
+        };
+        let by_row = lock_step_on(&model, test, opts(8), &prompts, &seeds, 6).unwrap();
+        assert_same_run(&format!("{name}, row attention"), &by_row, &fused, 1e-4);
+        let worst = by_row
+            .1
+            .iter()
+            .zip(&fused.1)
+            .map(|(a, b)| rel_err(a, b))
+            .fold(0f32, f32::max);
+        if name != "demo" {
+            assert!(
+                worst > 0.0,
+                "{name}: the row attention changed no logit bit: did it run?"
+            );
+        }
+        eprintln!("{test}: {name}, {rows} rows: 6 frames identical, logits rel err {worst:.2e}");
+    }
+}
+
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
 /// head of its group, `CudaOptions::group_attention`) computes what one block per q head
 /// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same

@@ -116,6 +116,12 @@ pub fn create_cuda(
             Ok(v) => anyhow::bail!("QWEN3_TTS_GROUP_ATTENTION={v}: expected 1 or 0 (unset: auto)"),
             Err(_) => None,
         },
+        // talker steps of at most this many rows attend on attention_row.cu (0: never)
+        row_attention_rows: count_knob(
+            "QWEN3_TTS_ROW_ATTENTION_ROWS",
+            tts_cuda::CudaOptions::default().row_attention_rows,
+            "rows",
+        )?,
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
         // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
         codec_implicit: parsed_knob(

@@ -83,6 +83,13 @@ pub struct CudaOptions {
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
     pub group_attention: Option<bool>,
+    /// Talker steps of at most this many rows run their attention on `attention_row.cu`
+    /// (the cached K/V rows requested before the PDL wait, one block barrier for the
+    /// softmax) instead of `fused_attention` (0: never). Default 32: on the H200
+    /// (`bench/results/2026-12-04-h200-row-attention`) the 1.7B's talker step took 6-8 %
+    /// less at 1-32 rows (1 row 1.266 -> 1.178 ms; at ~130 positions 1.357 -> 1.244) and
+    /// 1 % more at 64.
+    pub row_attention_rows: usize,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -257,6 +264,7 @@ impl Default for CudaOptions {
             chain_attention: true,
             chain_tile: true,
             group_attention: None,
+            row_attention_rows: 32,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
