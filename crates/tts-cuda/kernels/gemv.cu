@@ -18,6 +18,13 @@
 // in flight per row. Partial sums meet in shared memory in a fixed order: a row's result
 // never depends on M. Rows m >= rows_valid write nothing. Blocks: ceil(N / (16 / S)).
 // `gemv_m1_pre` is `gemv_m1` issuing each pass's X loads together (see `PRE` below).
+// Norm chain (one row, `linear.rs`: a talker step's O and down projections and the normed
+// layer after each): the writer, a layer without activation whose N is even, also writes
+// xo[n] = xo_g[n] · y[n] (the next norm's gain applied) and, per row pair, y[n]² +
+// y[n+1]² into ss_out[n / 2]; the reader then takes X = xo without a norm of its own
+// (`norm_w` null) and scales its sums by 1 / sqrt(Σ ss_in / K + eps), the ss_n partials
+// summed by the block's threads in a fixed order, loaded right after its wait. The same
+// maths as the fused norm, summed in another order.
 
 #define GEMV_R 2
 #define GEMV_U 4
@@ -132,13 +139,16 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
                                           const float* __restrict__ bias, int act,
                                           const float* res, int ldr, float* Y, int ldy,
                                           int rows_valid, int ksplit,
-                                          const float* __restrict__ scales) {
+                                          const float* __restrict__ scales,
+                                          const float* __restrict__ ss_in, int ss_n, float* xo,
+                                          const float* __restrict__ xo_g, float* ss_out) {
     static_assert(!(PRE && F8), "PRE is for bf16 weights");
     // elements per 16-byte chunk, a warp's K step, bytes per element
     constexpr int EPL = F8 ? 16 : 8, STEP = 32 * EPL, EB = F8 ? 1 : 2;
     const unsigned char* W = (const unsigned char*)Wv;
     // per warp: its partial sums (GEMV_R·M), then with the norm its rows' Σ x² (M)
     __shared__ float s_part[GEMV_WARPS][(GEMV_R + 1) * M];
+    __shared__ float s_ss[GEMV_WARPS];  // the norm chain's partials, by warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int groups = GEMV_WARPS / ksplit;
     const int g = warp / ksplit, part = warp % ksplit;
@@ -184,8 +194,9 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     const int sr = lane / M, sn = n0 + sr;
     const bool stores = EARLY_EPI && part == 0 && lane < GEMV_R * M && lane % M < rows_valid &&
                         sn < N && !(act == 2 && sr != 0);
-    float pre_b[2] = {0.f, 0.f}, pre_s[2] = {1.f, 1.f}, pre_res = 0.f;
+    float pre_b[2] = {0.f, 0.f}, pre_s[2] = {1.f, 1.f}, pre_res = 0.f, pre_g = 0.f;
     if (stores) {
+        if (xo) pre_g = xo_g[sn];
         if (bias) {
             pre_b[0] = bias[sn];
             if (act == 2) pre_b[1] = bias[sn + 1];
@@ -198,6 +209,12 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     pdl_wait();
     pdl_trigger();
     if (stores && res) pre_res = res[act == 2 ? sn / 2 : sn];
+    // the norm chain's Σ y² partials of this row, in flight during the products
+    float ss = 0.f;
+    if (ss_in) {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < ss_n; i += blockDim.x) ss += ss_in[i];
+    }
     float acc[GEMV_R][M], sq[M];
 #pragma unroll
     for (int m = 0; m < M; m++) {
@@ -265,6 +282,10 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
             if (lane == 0) s_part[warp][GEMV_R * M + m] = v;
         }
     }
+    if (ss_in) {
+        const float v = warp_sum(ss);
+        if (lane == 0) s_ss[warp] = v;
+    }
     __syncthreads();
     // the group's first warp combines its S partials; lane l writes output (l / M, l % M)
     if (part != 0 || n0 >= N || lane >= GEMV_R * M) return;
@@ -280,6 +301,10 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
         float t = 0.f;
         for (int p = 0; p < ksplit; p++) t += s_part[warp + p][GEMV_R * M + m];
         inv = 1.0f / sqrtf(t / (float)K + eps);
+    } else if (ss_in) {
+        float t = 0.f;
+        for (int w = 0; w < GEMV_WARPS; w++) t += s_ss[w];
+        inv = 1.0f / sqrtf(t / (float)K + eps);
     }
     a *= inv;
     float up = 0.f;
@@ -291,7 +316,14 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     }
     if constexpr (EARLY_EPI) {
         const float o = linear_act(a, up, act, bias != nullptr, pre_b[0], pre_b[1]);
-        Y[act == 2 ? n / 2 : n] = res ? o + pre_res : o;
+        const float y = res ? o + pre_res : o;
+        Y[act == 2 ? n / 2 : n] = y;
+        if (xo) {
+            // act 0 and N even (linear.rs): lanes 0 and 1 hold rows n0 and n0 + 1
+            xo[n] = pre_g * y;
+            const float q = y * y, q1 = __shfl_down_sync(0x3u, q, 1);
+            if (lane == 0) ss_out[n0 / 2] = q + q1;
+        }
     } else {
         linear_store(a, up, n, m, act, bias, res, ldr, Y, ldy);
     }
@@ -308,9 +340,10 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
         const WT* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,           \
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
-        const float* __restrict__ scales) {                                                      \
+        const float* __restrict__ scales, const float* __restrict__ ss_in, int ss_n, float* xo,  \
+        const float* __restrict__ xo_g, float* ss_out) {                                         \
         gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,        \
-                               rows_valid, ksplit, scales);                                      \
+                               rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out);       \
     }
 
 // bf16 weights (`scales` unused)

@@ -163,6 +163,7 @@ impl CudaBackend {
         ws.scratch.paths.chain_split &= opts.chain_split;
         ws.scratch.paths.chain_attention = opts.chain_attention;
         ws.scratch.paths.chain_tile = opts.chain_tile;
+        ws.scratch.paths.chain_gemv = opts.chain_gemv;
         ws.scratch.paths.group_attention = opts.group_attention;
         ws.scratch.paths.row_attention_rows = opts.row_attention_rows;
         // Persistent kernels only when asked for (built, they would hold device memory).

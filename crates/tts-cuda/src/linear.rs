@@ -11,6 +11,7 @@
 //! epilogue and `tile_wg.cu` can also write the next layer's split rows ([`linear_then`]:
 //! one `to_bf16_rows` launch fewer).
 
+mod norm_chain;
 mod tile;
 
 use std::cell::Cell;
@@ -23,6 +24,7 @@ pub use crate::routing::{
     cluster_split, tile_split, wide_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
     GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
+use norm_chain::{NormChain, NormRows};
 pub use tile::{tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
@@ -124,6 +126,12 @@ pub struct GemmScratch {
     /// The rows `xb` holds for the next [`linear`] call on this scratch, when the call
     /// before wrote them in its epilogue ([`linear_then`]); taken by every call.
     split_ready: Cell<Option<SplitRows>>,
+    /// The one-row norm chain (`norm_chain`): a row with the next norm's gains applied,
+    /// its Σ x² partials by row pair, and which rows they are for the next call (taken by
+    /// every call).
+    chain_x: DBuf<f32>,
+    chain_ss: DBuf<f32>,
+    norm_ready: Cell<Option<NormRows>>,
 }
 
 /// Which rows split bf16 rows were made from: (pointer, ld, count, width, norm gain, eps),
@@ -187,9 +195,13 @@ impl GemmScratch {
                 chain_split: true,
                 chain_attention: true,
                 chain_tile: true,
+                chain_gemv: true,
                 ..Default::default()
             },
             split_ready: Cell::new(None),
+            chain_x: gpu.zeros(max_n)?,
+            chain_ss: gpu.zeros(max_n.div_ceil(2))?,
+            norm_ready: Cell::new(None),
         })
     }
 
@@ -308,8 +320,9 @@ pub fn linear_then(
     scratch: &GemmScratch,
     next: Option<NextLinear>,
 ) -> Result<(), CudaError> {
-    // what the previous call left in xb is for this call only
+    // what the previous call left in xb (or the norm chain's buffers) is for this call only
     let ready = scratch.split_ready.take();
+    let norm_ready = scratch.norm_ready.take();
     let m = x.count;
     if m == 0 {
         return Ok(());
@@ -331,7 +344,9 @@ pub fn linear_then(
     let path = path_for(&scratch.paths, x, l.n, l.k);
     if path == LinearPath::Gemv {
         let codes = l.fp8.is_some() && scratch.paths.fp8_codes(m, l.n, l.k, norm_p != 0);
-        return gemv(gpu, l, &call, codes, next.is_some());
+        let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes).is_none();
+        let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
+        return gemv(gpu, l, &call, codes, next.is_some(), Some((scratch, chain)));
     }
     if path == LinearPath::Cluster {
         return cluster(gpu, l, &call);
@@ -602,7 +617,7 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    gemv(gpu, l, &call, false, false)
+    gemv(gpu, l, &call, false, false, None)
 }
 
 /// How many warps of a GEMV (`gemv.cu`, `gemv_staged.cu`) share one output row's K: more
@@ -738,18 +753,35 @@ pub(crate) fn gemv_bucket(rows: usize) -> usize {
     }
 }
 
+/// The staged GEMV's plan for one row over an `n × k` layer, when the call takes it: the
+/// stage enqueues staged calls (`SmallCall::Staged`), the bf16 weights are streamed (not
+/// FP8 `codes`) and the shape fits.
+fn staged_gemv_plan(gpu: &Gpu, n: usize, k: usize, codes: bool) -> Option<StagedPlan> {
+    (!codes && gpu.staged_gemv())
+        .then(|| staged_plan(n, k, gpu.sm_count as usize))
+        .flatten()
+}
+
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
 /// FP8 layer, else over the bf16 weights.
 /// `early`: the very next launch is another linear layer's kernel (`linear_then`'s
 /// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`).
-fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<(), CudaError> {
+/// `chain`: the scratch and the norm chain of the launch (`NormChain::plan`), if any.
+fn gemv(
+    gpu: &Gpu,
+    l: &Linear,
+    c: &RowCall,
+    codes: bool,
+    early: bool,
+    chain: Option<(&GemmScratch, NormChain)>,
+) -> Result<(), CudaError> {
     let m = c.x.count;
     let bucket = gemv_bucket(m);
     let ksplit = gemv_ksplit(l.n);
     let mut args = row_kernel_args(l, c).to_vec();
     args.push(Arg::I(ksplit as i32));
-    if bucket == 0 && !codes && gpu.staged_gemv() {
-        if let Some(p) = staged_plan(l.n, l.k, gpu.sm_count as usize) {
+    if bucket == 0 {
+        if let Some(p) = staged_gemv_plan(gpu, l.n, l.k, codes) {
             args.extend([Arg::I(p.rows_per_block as i32), Arg::I(i32::from(early))]);
             return gpu.launch_reading(
                 (l.w.ptr, l.bf16_bytes()),
@@ -786,7 +818,17 @@ fn gemv(gpu: &Gpu, l: &Linear, c: &RowCall, codes: bool, early: bool) -> Result<
             }
         }
     };
-    gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)
+    let (scratch, chain) = chain.map_or((None, NormChain::default()), |(s, c)| (Some(s), c));
+    if let Some(s) = scratch {
+        chain.apply(s, l.k, &mut args);
+    } else {
+        args.extend([Arg::P(0), Arg::I(0), Arg::P(0), Arg::P(0), Arg::P(0)]);
+    }
+    gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)?;
+    if let Some(s) = scratch {
+        s.norm_ready.set(chain.record);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -165,6 +165,9 @@ pub struct LinearPaths {
     /// A `tile_wg.cu` call writes the split input rows of the layer that reads its output
     /// next, when that layer runs on `tile_wg.cu` too (a norm deferred to its sums).
     pub chain_tile: bool,
+    /// A one-row GEMV writes the next one-row GEMV's input with that layer's norm gains
+    /// applied and the row's Σ x² partials (`linear::norm_chain`).
+    pub chain_gemv: bool,
     /// Whether the code predictor's short-cache attention takes one block per kv-head
     /// group instead of one per q head: always / never (parity tests, benchmarks), else
     /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).

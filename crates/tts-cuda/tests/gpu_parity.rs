@@ -986,6 +986,45 @@ fn row_attention_matches_fused_attention() {
     }
 }
 
+/// The one-row GEMV norm chain (`CudaOptions::chain_gemv`: the talker step's O and down
+/// projections write the next normed layer's input with its gains applied and Σ x²
+/// partials, that layer scaling its sums by 1 / rms) computes what the fused norm
+/// computes: one request, f32 caches, identical sampled codes for 6 frames and last-head
+/// logits within 1e-4, on the demo model and the full-size 1.7B geometry.
+#[test]
+fn gemv_norm_chain_matches_the_fused_norm() {
+    let test = "gemv_norm_chain_matches_the_fused_norm";
+    let opts = |chain_gemv| CudaOptions {
+        chain_gemv,
+        ..options(true)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, 1, 2, |_| {
+            "One request, its talker step's layers handing normed rows on.".to_string()
+        });
+        let seeds = [330u64];
+        let Some(fused) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 6) else {
+            return;
+        };
+        let chained = lock_step_on(&model, test, opts(true), &prompts, &seeds, 6).unwrap();
+        assert_same_run(&format!("{name}, norm chain"), &chained, &fused, 1e-4);
+        let worst = chained
+            .1
+            .iter()
+            .zip(&fused.1)
+            .map(|(a, b)| rel_err(a, b))
+            .fold(0f32, f32::max);
+        if name != "demo" {
+            assert!(
+                worst > 0.0,
+                "{name}: the norm chain changed no logit bit: did it run?"
+            );
+        }
+        eprintln!("{test}: {name}, 1 row: 6 frames identical, logits rel err {worst:.2e}");
+    }
+}
+
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
 /// head of its group, `CudaOptions::group_attention`) computes what one block per q head
 /// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same

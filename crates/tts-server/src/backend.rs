@@ -102,6 +102,8 @@ pub fn create_cuda(
         chain_attention: on_unless_zero("QWEN3_TTS_CHAIN_ATTENTION"),
         // a tile_wg.cu layer writes the next one's split input rows (0: each converts its own)
         chain_tile: on_unless_zero("QWEN3_TTS_CHAIN_TILE"),
+        // a one-row GEMV writes the next normed one's input rows (0: each norms its own)
+        chain_gemv: on_unless_zero("QWEN3_TTS_CHAIN_GEMV"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

@@ -79,6 +79,12 @@ pub struct CudaOptions {
     /// the next layer scaling its sums by 1 / rms (as `mma_staged.cu`); saves that layer's
     /// `to_bf16_rows` launch (three per decoder layer). Off: each converts its own input.
     pub chain_tile: bool,
+    /// Let a one-row GEMV without activation write the input of the normed one-row GEMV
+    /// after it with that norm's gains applied and the row's Σ x² in partials by row pair,
+    /// that layer then scaling its sums by 1 / rms instead of norming its input in its
+    /// product loop (the talker step's O -> gate/up and down -> next QKV / head;
+    /// `linear::norm_chain`). Off: each norms its own input.
+    pub chain_gemv: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -263,6 +269,7 @@ impl Default for CudaOptions {
             chain_split: true,
             chain_attention: true,
             chain_tile: true,
+            chain_gemv: true,
             group_attention: None,
             row_attention_rows: 32,
             prefix_cache: 64,
