@@ -24,6 +24,12 @@
 // cache as it rounds them, softmax(q · k / sqrt(hd)) · v), summed in another order.
 // out: f32 [rows][ldo], head h at column h * hd; with `xb`, also the O projection's split
 // rows (as FA_ENTRY).
+//
+// SPLIT (`row_attention_split`, prefill's split attention in place of decode_attention):
+// every token's K and V, its own included, are already in the cache (qk_norm_rope_kv, the
+// launch just before, wrote them and normed and rotated q in place), so nothing is read
+// before the wait and there is no new token: token r attends to positions lo .. pos of
+// its slot, lo = window > 0 ? max(0, pos + 1 - window) : 0, all in chunks from the cache.
 
 #define AR_THREADS 128
 #define AR_FR 8
@@ -87,21 +93,25 @@ __device__ __forceinline__ void online_fold(const float (&sc)[N], VAL vals, floa
     m = mn;
 }
 
-template <typename KV>
+template <typename KV, bool SPLIT>
 __device__ __forceinline__ void row_attention_body(
     const float* __restrict__ qkv, int ldq, const int* __restrict__ slots,
     const int* __restrict__ positions, const float* __restrict__ q_norm,
     const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq, int heads,
-    int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, float* out, int ldo) {
+    int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, int window, float* out, int ldo) {
     __shared__ __align__(16) float s_q[128];
     __shared__ __align__(16) float s_k[128];
     __shared__ __align__(16) float s_v[128];
     __shared__ float s_cs[128];
     __shared__ __align__(16) float s_acc[8 * AR_THREADS];  // [group][hd]
     __shared__ float s_m[AR_THREADS], s_l[AR_THREADS];
+    // (SPLIT: the entry has waited; the token's K/V come from the launch before)
     const int h = blockIdx.x, r = blockIdx.y;
     const int slot = slots[r];
     const int pos = positions[r];
+    // SPLIT: positions lo .. pos from the cache; else 0 .. pos - 1, then the new token
+    const int lo = SPLIT && window > 0 ? max(0, pos + 1 - window) : 0;
+    const int end = SPLIT ? pos + 1 : pos;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int L = hd / 8, G = AR_THREADS / L, grp = tid / L, j = tid % L;
     const int rep = heads / kvh, g = h / rep, kvd = kvh * hd;
@@ -109,63 +119,72 @@ __device__ __forceinline__ void row_attention_body(
     const size_t row_base = (size_t)slot * max_pos * kvd + (size_t)g * hd;
     const KV* kb = k_cache + row_base + 8 * j;
     const KV* vb = v_cache + row_base + 8 * j;
-    // the first chunk of cached rows (written by earlier steps) and the RoPE angles
+    // a chunk of cached rows: the first one before the wait (not SPLIT: written by earlier
+    // steps), with the RoPE angles
     Kv8<KV> kr[AR_FR], vr[AR_FR];
     auto load_chunk = [&](int c0) {
 #pragma unroll
         for (int f = 0; f < AR_FR; f++) {
             const int p = c0 + f * G + grp;
-            if (p < pos) {
+            if (p < end) {
                 kr[f].load(kb + (size_t)p * kvd);
                 vr[f].load(vb + (size_t)p * kvd);
             }
         }
     };
-    load_chunk(0);
-    rope_angles(s_cs, inv_freq, pos, hd, tid, blockDim.x);
-    pdl_wait();
-    pdl_trigger();
-    // 1. q of head h (warp 0), k of group g (warp 1) normed and rotated, v: into shared
-    //    memory, k and v rounded as the cache rounds them and stored by the group's first
-    //    q head's block
-    const float* row = qkv + (size_t)r * ldq;
-    KV* kdst = k_cache + row_base + (size_t)pos * kvd;
-    KV* vdst = v_cache + row_base + (size_t)pos * kvd;
-    if (warp == 0) {
-        norm_rope<false>(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
-                         [&](int e, float v) { s_q[e] = v; }, s_cs);
-    } else if (warp == 1) {
-        norm_rope<false>(row + (heads + g) * hd, k_norm, eps, inv_freq, pos, hd, lane,
-                         [&](int e, float v) {
-                             s_k[e] = kv_round(v, kdst);
-                             if (writer) kv_store(kdst + e, v);
-                         }, s_cs);
-    }
-    for (int e = tid; e < hd; e += blockDim.x) {
-        const float v = row[(heads + kvh + g) * hd + e];
-        s_v[e] = kv_round(v, vdst);
-        if (writer) kv_store(vdst + e, v);
-    }
-    __syncthreads();
-    // 2. the cached positions chunk by chunk, then the new token (group 0)
     float q[8];
+    if constexpr (SPLIT) {
+        pdl_trigger();
+        const float* qp = qkv + (size_t)r * ldq + h * hd + 8 * j;
 #pragma unroll
-    for (int i = 0; i < 8; i++) q[i] = s_q[8 * j + i];
+        for (int i = 0; i < 8; i++) q[i] = qp[i];
+    } else {
+        load_chunk(0);
+        rope_angles(s_cs, inv_freq, pos, hd, tid, blockDim.x);
+        pdl_wait();
+        pdl_trigger();
+        __syncthreads();  // the angles, written by warps 0 and 1, are read by both
+        // 1. q of head h (warp 0), k of group g (warp 1) normed and rotated, v: into shared
+        //    memory, k and v rounded as the cache rounds them and stored by the group's first
+        //    q head's block
+        const float* row = qkv + (size_t)r * ldq;
+        KV* kdst = k_cache + row_base + (size_t)pos * kvd;
+        KV* vdst = v_cache + row_base + (size_t)pos * kvd;
+        if (warp == 0) {
+            norm_rope<false>(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
+                             [&](int e, float v) { s_q[e] = v; }, s_cs);
+        } else if (warp == 1) {
+            norm_rope<false>(row + (heads + g) * hd, k_norm, eps, inv_freq, pos, hd, lane,
+                             [&](int e, float v) {
+                                 s_k[e] = kv_round(v, kdst);
+                                 if (writer) kv_store(kdst + e, v);
+                             }, s_cs);
+        }
+        for (int e = tid; e < hd; e += blockDim.x) {
+            const float v = row[(heads + kvh + g) * hd + e];
+            s_v[e] = kv_round(v, vdst);
+            if (writer) kv_store(vdst + e, v);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = s_q[8 * j + i];
+    }
+    // 2. the cached positions chunk by chunk, then (not SPLIT) the new token (group 0)
     const float scale = 1.0f / sqrtf((float)hd);
     float m = NEG_INF, l = 0.f, acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int c0 = 0; c0 < pos; c0 += G * AR_FR) {
-        if (c0 > 0) load_chunk(c0);
+    for (int c0 = lo; c0 < end; c0 += G * AR_FR) {
+        if (SPLIT || c0 > 0) load_chunk(c0);
         float sc[AR_FR];
 #pragma unroll
         for (int f = 0; f < AR_FR; f++) {
             float kf[8];
             kr[f].get(kf);
             const float d = group_dot8(q, kf, L);
-            sc[f] = c0 + f * G + grp < pos ? d * scale : NEG_INF;
+            sc[f] = c0 + f * G + grp < end ? d * scale : NEG_INF;
         }
         online_fold(sc, [&](int f, float* v) { vr[f].get(v); }, m, l, acc);
     }
-    {
+    if constexpr (!SPLIT) {
         const float d = group_dot8(q, &s_k[8 * j], L);
         const float sc[1] = {grp == 0 ? d * scale : NEG_INF};
         online_fold(sc, [&](int, float* v) {
@@ -203,8 +222,9 @@ __device__ __forceinline__ void row_attention_body(
         KV* v_cache, int max_pos, float* out, int ldo, bf16* xb, int ldxb) {                    \
         const int r = blockIdx.y;                                                               \
         if (r >= rows || tpr != 1 || slots[r] < 0) return;                                      \
-        row_attention_body<KV>(qkv, ldq, slots, positions, q_norm, k_norm, eps, inv_freq, \
-                               heads, kvh, hd, k_cache, v_cache, max_pos, out, ldo);            \
+        row_attention_body<KV, false>(qkv, ldq, slots, positions, q_norm, k_norm, eps,          \
+                                      inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, 0,   \
+                                      out, ldo);                                                \
         if (xb) {                                                                               \
             __syncthreads();                                                                    \
             split_row(out + (size_t)r * ldo + blockIdx.x * hd, hd, nullptr, 0.f,                \
@@ -213,3 +233,29 @@ __device__ __forceinline__ void row_attention_body(
     }
 AR_ENTRY(row_attention, bf16)
 AR_ENTRY(row_attention_f32, float)
+
+// decode_attention's arguments (attention.cu: grid (heads, T), q normed and rotated in place
+// and every token's K/V in the cache, written by qk_norm_rope_kv just before).
+#define ARS_ENTRY(NAME, KV)                                                                     \
+    extern "C" __global__ void __launch_bounds__(AR_THREADS) NAME(                              \
+        const float* __restrict__ qkv, int ldq, int T, const int* __restrict__ slots,           \
+        const int* __restrict__ positions, const KV* __restrict__ k_cache,                      \
+        const KV* __restrict__ v_cache, int max_pos, int heads, int kvh, int hd, int window,    \
+        float* out, int ldo, bf16* xb, int ldxb) {                                              \
+        pdl_wait();                                                                             \
+        const int r = blockIdx.y;                                                               \
+        if (r >= T || slots[r] < 0) {                                                           \
+            pdl_trigger();                                                                      \
+            return;                                                                             \
+        }                                                                                       \
+        row_attention_body<KV, true>(qkv, ldq, slots, positions, nullptr, nullptr, 0.f,         \
+                                     nullptr, heads, kvh, hd, (KV*)k_cache, (KV*)v_cache,       \
+                                     max_pos, window, out, ldo);                                \
+        if (xb) {                                                                               \
+            __syncthreads();                                                                    \
+            split_row(out + (size_t)r * ldo + blockIdx.x * hd, hd, nullptr, 0.f,                \
+                      xb + blockIdx.x * hd, ldxb, T, r);                                        \
+        }                                                                                       \
+    }
+ARS_ENTRY(row_attention_split, bf16)
+ARS_ENTRY(row_attention_split_f32, float)

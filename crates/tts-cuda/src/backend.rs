@@ -166,6 +166,7 @@ impl CudaBackend {
         ws.scratch.paths.chain_gemv = opts.chain_gemv;
         ws.scratch.paths.group_attention = opts.group_attention;
         ws.scratch.paths.row_attention_rows = opts.row_attention_rows;
+        ws.scratch.paths.row_attention_split = opts.row_attention_split;
         // Persistent kernels only when asked for (built, they would hold device memory).
         let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
             Ok(p) => Some(p.up_to(rows)),

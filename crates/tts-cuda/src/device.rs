@@ -53,6 +53,8 @@ pub const KERNELS: &[&str] = &[
     "fused_attention_short_group_f32",
     "row_attention",
     "row_attention_f32",
+    "row_attention_split",
+    "row_attention_split_f32",
     "gather_rows",
     "gather_rows_f32",
     "frame_embedding",

@@ -175,6 +175,8 @@ pub struct LinearPaths {
     /// Talker steps of at most this many rows attend on `attention_row.cu`
     /// (`CudaOptions::row_attention_rows`; 0: never).
     pub row_attention_rows: usize,
+    /// The split attention runs on `attention_row.cu` (`CudaOptions::row_attention_split`).
+    pub row_attention_split: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,

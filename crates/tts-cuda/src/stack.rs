@@ -37,8 +37,8 @@ pub struct Kv {
 /// How attention runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attention {
-    /// QK-norm/RoPE/KV write, then attention over the cache: any tokens, including many
-    /// of one slot (prefill).
+    /// QK-norm/RoPE/KV write, then attention over the cache (`decode_attention`, or
+    /// `row_attention_split`): any tokens, including many of one slot (prefill).
     Split,
     /// One fused kernel (`fused_attention`; `row_attention` for small talker steps) for
     /// rows of `tokens_per_row` (1..=4) new consecutive tokens whose earlier positions are
@@ -133,11 +133,13 @@ pub fn run_layers(
                     ]
                     .concat(),
                 )?;
+                let by_row = ws.scratch.paths.row_attention_split && row_attention_fits(d.head_dim);
                 gpu.launch(
-                    if f32_kv {
-                        "decode_attention_f32"
-                    } else {
-                        "decode_attention"
+                    match (by_row, f32_kv) {
+                        (true, true) => "row_attention_split_f32",
+                        (true, false) => "row_attention_split",
+                        (false, true) => "decode_attention_f32",
+                        (false, false) => "decode_attention",
                     },
                     (d.heads as u32, tok.n as u32, 1),
                     128,

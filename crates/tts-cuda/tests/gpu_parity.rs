@@ -942,16 +942,18 @@ fn tile_chain_matches_separate_conversion() {
 
 /// The talker's row attention (`attention_row.cu`: cached K/V rows requested before the
 /// PDL wait, online softmax per lane group, `CudaOptions::row_attention_rows`) computes
-/// what `fused_attention` computes: 3 rows in lock step with f32 caches give identical
-/// sampled codes for 6 frames and last-head logits within 1e-4, on the demo model (16-dim
-/// heads) and the full-size 1.7B geometry, whose long prompts (over 64 positions) take
-/// two chunks of cached rows.
+/// what `fused_attention` computes, and its split form (`row_attention_split`, the
+/// prefill's attention) what `decode_attention` computes: 3 rows in lock step with f32
+/// caches give identical sampled codes for 6 frames and last-head logits within 1e-4, on
+/// the demo model (16-dim heads) and the full-size 1.7B geometry, whose long prompts (over
+/// 64 positions) take two chunks of cached rows.
 #[test]
 fn row_attention_matches_fused_attention() {
     let test = "row_attention_matches_fused_attention";
     let rows = 3usize;
-    let opts = |row_attention_rows| CudaOptions {
+    let opts = |row_attention_rows, row_attention_split| CudaOptions {
         row_attention_rows,
+        row_attention_split,
         ..options(true)
     };
     for name in models_to_check() {
@@ -965,24 +967,30 @@ fn row_attention_matches_fused_attention() {
             )
         });
         let seeds: Vec<u64> = (0..rows as u64).map(|i| 210 + i).collect();
-        let Some(fused) = lock_step_on(&model, test, opts(0), &prompts, &seeds, 6) else {
+        let Some(fused) = lock_step_on(&model, test, opts(0, false), &prompts, &seeds, 6) else {
             return;
         };
-        let by_row = lock_step_on(&model, test, opts(8), &prompts, &seeds, 6).unwrap();
-        assert_same_run(&format!("{name}, row attention"), &by_row, &fused, 1e-4);
-        let worst = by_row
-            .1
-            .iter()
-            .zip(&fused.1)
-            .map(|(a, b)| rel_err(a, b))
-            .fold(0f32, f32::max);
-        if name != "demo" {
-            assert!(
-                worst > 0.0,
-                "{name}: the row attention changed no logit bit: did it run?"
+        for (what, rows_on, split_on) in [("row", 8, false), ("split", 0, true)] {
+            let run =
+                lock_step_on(&model, test, opts(rows_on, split_on), &prompts, &seeds, 6).unwrap();
+            assert_same_run(&format!("{name}, {what} attention"), &run, &fused, 1e-4);
+            let worst = run
+                .1
+                .iter()
+                .zip(&fused.1)
+                .map(|(a, b)| rel_err(a, b))
+                .fold(0f32, f32::max);
+            if name != "demo" {
+                assert!(
+                    worst > 0.0,
+                    "{name}: the {what} attention changed no logit bit: did it run?"
+                );
+            }
+            eprintln!(
+                "{test}: {name}, {rows} rows, {what} attention: 6 frames identical, \
+                 logits rel err {worst:.2e}"
             );
         }
-        eprintln!("{test}: {name}, {rows} rows: 6 frames identical, logits rel err {worst:.2e}");
     }
 }
 
@@ -1668,10 +1676,12 @@ fn staged_gemv_stages_match_the_gemv_stages() {
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
         // (the staged MMA off: it takes the 2-token linear layers of a one-row call's
-        // first step, and its sums differ from the GEMV's)
+        // first step, and its sums differ from the GEMV's; the GEMV's norm chain off: the
+        // staged GEMV does not take it, and it sums the norm in another order)
         let opts = |staged: &str| CudaOptions {
             staged_gemv: staged.parse().unwrap(),
             staged_mma_rows: 0,
+            chain_gemv: false,
             ..options(false)
         };
         let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));

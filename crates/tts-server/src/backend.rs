@@ -124,6 +124,8 @@ pub fn create_cuda(
             tts_cuda::CudaOptions::default().row_attention_rows,
             "rows",
         )?,
+        // the split (prefill) attention on attention_row.cu (0: decode_attention)
+        row_attention_split: on_unless_zero("QWEN3_TTS_ROW_ATTENTION_SPLIT"),
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
         // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
         codec_implicit: parsed_knob(

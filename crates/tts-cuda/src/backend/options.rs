@@ -96,6 +96,10 @@ pub struct CudaOptions {
     /// less at 1-32 rows (1 row 1.266 -> 1.178 ms; at ~130 positions 1.357 -> 1.244) and
     /// 1 % more at 64.
     pub row_attention_rows: usize,
+    /// Run the split attention (prefill, and prefills merged with steps) on
+    /// `attention_row.cu`'s cached-rows form (`row_attention_split`) instead of
+    /// `decode_attention`: lane groups per position, one block barrier for the softmax.
+    pub row_attention_split: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -272,6 +276,7 @@ impl Default for CudaOptions {
             chain_gemv: true,
             group_attention: None,
             row_attention_rows: 32,
+            row_attention_split: true,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,
