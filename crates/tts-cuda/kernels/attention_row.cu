@@ -213,6 +213,16 @@ __device__ __forceinline__ void row_attention_body(
     }
 }
 
+// With `xb`, the block's output (head blockIdx.x of row r, just stored) also as the O
+// projection's split rows (as FA_ENTRY).
+__device__ __forceinline__ void row_attention_split_rows(const float* out, int ldo, int hd,
+                                                         bf16* xb, int ldxb, int rows, int r) {
+    if (!xb) return;
+    __syncthreads();
+    split_row(out + (size_t)r * ldo + blockIdx.x * hd, hd, nullptr, 0.f, xb + blockIdx.x * hd,
+              ldxb, rows, r);
+}
+
 #define AR_ENTRY(NAME, KV)                                                                      \
     extern "C" __global__ void __launch_bounds__(AR_THREADS) NAME(                              \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
@@ -225,11 +235,7 @@ __device__ __forceinline__ void row_attention_body(
         row_attention_body<KV, false>(qkv, ldq, slots, positions, q_norm, k_norm, eps,          \
                                       inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, 0,   \
                                       out, ldo);                                                \
-        if (xb) {                                                                               \
-            __syncthreads();                                                                    \
-            split_row(out + (size_t)r * ldo + blockIdx.x * hd, hd, nullptr, 0.f,                \
-                      xb + blockIdx.x * hd, ldxb, rows, r);                                     \
-        }                                                                                       \
+        row_attention_split_rows(out, ldo, hd, xb, ldxb, rows, r);                              \
     }
 AR_ENTRY(row_attention, bf16)
 AR_ENTRY(row_attention_f32, float)
@@ -251,11 +257,7 @@ AR_ENTRY(row_attention_f32, float)
         row_attention_body<KV, true>(qkv, ldq, slots, positions, nullptr, nullptr, 0.f,         \
                                      nullptr, heads, kvh, hd, (KV*)k_cache, (KV*)v_cache,       \
                                      max_pos, window, out, ldo);                                \
-        if (xb) {                                                                               \
-            __syncthreads();                                                                    \
-            split_row(out + (size_t)r * ldo + blockIdx.x * hd, hd, nullptr, 0.f,                \
-                      xb + blockIdx.x * hd, ldxb, T, r);                                        \
-        }                                                                                       \
+        row_attention_split_rows(out, ldo, hd, xb, ldxb, T, r);                                 \
     }
 ARS_ENTRY(row_attention_split, bf16)
 ARS_ENTRY(row_attention_split_f32, float)

@@ -615,6 +615,32 @@ fn assert_same_run(what: &str, (fa, la): &LockStep, (fb, lb): &LockStep, tol: f3
     }
 }
 
+/// [`assert_same_run`] for a run over another path than `base`'s: also, on the full-size
+/// model (whose sums the paths round apart), that some logit bit changed, so the path did
+/// run. Returns the largest logits rel err.
+fn assert_same_run_on_another_path(
+    what: &str,
+    model: &str,
+    run: &LockStep,
+    base: &LockStep,
+    tol: f32,
+) -> f32 {
+    assert_same_run(&format!("{model}, {what}"), run, base, tol);
+    let worst = run
+        .1
+        .iter()
+        .zip(&base.1)
+        .map(|(a, b)| rel_err(a, b))
+        .fold(0f32, f32::max);
+    if model != "demo" {
+        assert!(
+            worst > 0.0,
+            "{model}: the {what} changed no logit bit: did it run?"
+        );
+    }
+    worst
+}
+
 /// `rows` requests prefilled together, then `frames` frames in lock step (code predictor,
 /// talker step); each row's frames, and the last code-predictor head's logits per frame.
 fn lock_step(
@@ -923,19 +949,7 @@ fn tile_chain_matches_separate_conversion() {
             return;
         };
         let chained = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
-        assert_same_run(&format!("{name}, tile chain"), &chained, &separate, 1e-4);
-        let worst = chained
-            .1
-            .iter()
-            .zip(&separate.1)
-            .map(|(a, b)| rel_err(a, b))
-            .fold(0f32, f32::max);
-        if name != "demo" {
-            assert!(
-                worst > 0.0,
-                "{name}: the tile chain changed no logit bit: did it run?"
-            );
-        }
+        let worst = assert_same_run_on_another_path("tile chain", name, &chained, &separate, 1e-4);
         eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
     }
 }
@@ -973,19 +987,13 @@ fn row_attention_matches_fused_attention() {
         for (what, rows_on, split_on) in [("row", 8, false), ("split", 0, true)] {
             let run =
                 lock_step_on(&model, test, opts(rows_on, split_on), &prompts, &seeds, 6).unwrap();
-            assert_same_run(&format!("{name}, {what} attention"), &run, &fused, 1e-4);
-            let worst = run
-                .1
-                .iter()
-                .zip(&fused.1)
-                .map(|(a, b)| rel_err(a, b))
-                .fold(0f32, f32::max);
-            if name != "demo" {
-                assert!(
-                    worst > 0.0,
-                    "{name}: the {what} attention changed no logit bit: did it run?"
-                );
-            }
+            let worst = assert_same_run_on_another_path(
+                &format!("{what} attention"),
+                name,
+                &run,
+                &fused,
+                1e-4,
+            );
             eprintln!(
                 "{test}: {name}, {rows} rows, {what} attention: 6 frames identical, \
                  logits rel err {worst:.2e}"
@@ -1016,19 +1024,7 @@ fn gemv_norm_chain_matches_the_fused_norm() {
             return;
         };
         let chained = lock_step_on(&model, test, opts(true), &prompts, &seeds, 6).unwrap();
-        assert_same_run(&format!("{name}, norm chain"), &chained, &fused, 1e-4);
-        let worst = chained
-            .1
-            .iter()
-            .zip(&fused.1)
-            .map(|(a, b)| rel_err(a, b))
-            .fold(0f32, f32::max);
-        if name != "demo" {
-            assert!(
-                worst > 0.0,
-                "{name}: the norm chain changed no logit bit: did it run?"
-            );
-        }
+        let worst = assert_same_run_on_another_path("norm chain", name, &chained, &fused, 1e-4);
         eprintln!("{test}: {name}, 1 row: 6 frames identical, logits rel err {worst:.2e}");
     }
 }
