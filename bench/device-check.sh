@@ -3,11 +3,7 @@
 # the binaries built here carried in .device-carry/): parity tests first, then the stage
 # benchmark with and without programmatic dependent launch. Results go to $OUT.
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
-# kernels compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried
-[ -d "$PWD/.device-carry/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/.device-carry/kcache
-export QWEN3_TTS_FIXTURES=$PWD/fixtures
-D=.device-carry
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
