@@ -346,7 +346,9 @@ pub fn linear_then(
         let codes = l.fp8.is_some() && scratch.paths.fp8_codes(m, l.n, l.k, norm_p != 0);
         let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes).is_none();
         let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
-        return gemv(gpu, l, &call, codes, next.is_some(), Some((scratch, chain)));
+        gemv(gpu, l, &call, codes, next.is_some(), chain)?;
+        scratch.norm_ready.set(chain.record);
+        return Ok(());
     }
     if path == LinearPath::Cluster {
         return cluster(gpu, l, &call);
@@ -617,7 +619,7 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    gemv(gpu, l, &call, false, false, None)
+    gemv(gpu, l, &call, false, false, NormChain::default())
 }
 
 /// How many warps of a GEMV (`gemv.cu`, `gemv_staged.cu`) share one output row's K: more
@@ -766,14 +768,15 @@ fn staged_gemv_plan(gpu: &Gpu, n: usize, k: usize, codes: bool) -> Option<Staged
 /// FP8 layer, else over the bf16 weights.
 /// `early`: the very next launch is another linear layer's kernel (`linear_then`'s
 /// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`).
-/// `chain`: the scratch and the norm chain of the launch (`NormChain::plan`), if any.
+/// `chain`: the launch's part of the norm chain (`NormChain::plan`; never on the staged
+/// GEMV).
 fn gemv(
     gpu: &Gpu,
     l: &Linear,
     c: &RowCall,
     codes: bool,
     early: bool,
-    chain: Option<(&GemmScratch, NormChain)>,
+    chain: NormChain,
 ) -> Result<(), CudaError> {
     let m = c.x.count;
     let bucket = gemv_bucket(m);
@@ -818,17 +821,8 @@ fn gemv(
             }
         }
     };
-    let (scratch, chain) = chain.map_or((None, NormChain::default()), |(s, c)| (Some(s), c));
-    if let Some(s) = scratch {
-        chain.apply(s, l.k, &mut args);
-    } else {
-        args.extend([Arg::P(0), Arg::I(0), Arg::P(0), Arg::P(0), Arg::P(0)]);
-    }
-    gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)?;
-    if let Some(s) = scratch {
-        s.norm_ready.set(chain.record);
-    }
-    Ok(())
+    chain.apply(l.k, &mut args);
+    gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub struct CudaOptions {
     /// Let a one-row GEMV without activation write the input of the normed one-row GEMV
     /// after it with that norm's gains applied and the row's Σ x² in partials by row pair,
     /// that layer then scaling its sums by 1 / rms instead of norming its input in its
-    /// product loop (the talker step's O -> gate/up and down -> next QKV / head;
+    /// product loop (the talker step's O -> gate/up and down -> next QKV;
     /// `linear::norm_chain`). Off: each norms its own input.
     pub chain_gemv: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the

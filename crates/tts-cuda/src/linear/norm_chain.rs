@@ -1,7 +1,6 @@
 //! The one-row GEMV's norm chain (`gemv.cu`, `CudaOptions::chain_gemv`): a one-row GEMV
 //! without activation whose next layer is a normed one-row GEMV (the talker step's O
-//! projection before gate/up, its down projection before the next layer's QKV or the
-//! head) also writes that layer's input with the norm's gains applied (g ⊙ y) and the
+//! projection before gate/up, its down projection before the next layer's QKV) also writes that layer's input with the norm's gains applied (g ⊙ y) and the
 //! row's Σ y² in partials per row pair; the next layer then streams that input without
 //! a norm of its own and scales its sums by 1 / rms. That takes the norm's gain loads and
 //! squares out of the reader's product loop.
@@ -36,10 +35,10 @@ impl NormRows {
 /// What one GEMV launch reads and writes of the chain (`gemv.cu`'s last five arguments).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct NormChain {
-    /// Its input is the chain's rows: X = `chain_x`, the norm from `ss_n` partials.
-    read: Option<usize>,
-    /// It writes the next layer's rows: that layer's gains.
-    write: Option<u64>,
+    /// Its input is the chain's rows: (`chain_x`, `chain_ss`), the norm from the partials.
+    read: Option<(u64, u64)>,
+    /// It writes the next layer's rows: (`chain_x`, that layer's gains, `chain_ss`).
+    write: Option<(u64, u64, u64)>,
     /// What to record for the next call once the launch is enqueued.
     pub(super) record: Option<NormRows>,
 }
@@ -62,9 +61,10 @@ impl NormChain {
         if !body || c.x.count != 1 || !scratch.paths.chain_gemv {
             return Self::default();
         }
-        if let Some(r) = ready.filter(|r| r.serves(c.x, l.k, c.norm)) {
+        let bufs = (scratch.chain_x.ptr, scratch.chain_ss.ptr);
+        if ready.is_some_and(|r| r.serves(c.x, l.k, c.norm)) {
             return Self {
-                read: Some(r.k / 2),
+                read: Some(bufs),
                 ..Self::default()
             };
         }
@@ -82,7 +82,7 @@ impl NormChain {
             });
         Self {
             read: None,
-            write: write.map(|(_, g)| g.0),
+            write: write.map(|(_, g)| (bufs.0, g.0, bufs.1)),
             record: write.map(|(_, g)| NormRows {
                 x: (c.y, c.ldy),
                 k: l.n,
@@ -91,20 +91,17 @@ impl NormChain {
         }
     }
 
-    /// Points a GEMV's arguments (`row_kernel_args` order) at the chain's rows when it
-    /// reads them (no norm of its own), and appends the chain's five arguments.
-    pub(super) fn apply(&self, scratch: &GemmScratch, k: usize, args: &mut Vec<Arg>) {
-        if self.read.is_some() {
-            args[3] = Arg::P(scratch.chain_x.ptr);
+    /// Points the arguments (`row_kernel_args` order) of a GEMV over `k` columns at the
+    /// chain's row when it reads it (no norm of its own: `k / 2` partials), and appends the
+    /// chain's five arguments (zeros without a chain).
+    pub(super) fn apply(&self, k: usize, args: &mut Vec<Arg>) {
+        if let Some((x, _)) = self.read {
+            args[3] = Arg::P(x);
             args[4] = Arg::I(k as i32);
             args[5] = Arg::P(0);
         }
-        let (ss_in, ss_n) = self
-            .read
-            .map_or((0, 0), |n| (scratch.chain_ss.ptr, n as i32));
-        let (xo, xo_g, ss_out) = self.write.map_or((0, 0, 0), |g| {
-            (scratch.chain_x.ptr, g, scratch.chain_ss.ptr)
-        });
+        let (ss_in, ss_n) = self.read.map_or((0, 0), |(_, ss)| (ss, (k / 2) as i32));
+        let (xo, xo_g, ss_out) = self.write.unwrap_or((0, 0, 0));
         args.extend([
             Arg::P(ss_in),
             Arg::I(ss_n),
