@@ -39,13 +39,20 @@ __device__ __forceinline__ float key_value(unsigned int k) {
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// Values each thread holds in choose (SAMPLE_MAXV / SAMPLE_THREADS).
+// Values each thread holds (SAMPLE_MAXV / SAMPLE_THREADS): thread t owns the contiguous
+// chunk [t*C, t*C + C) of a row, C = ceil(V / blockDim.x).
 #define SAMPLE_PER_THREAD 16
+// Values the top-k select ranks directly when they share its boundary bin.
+#define SAMPLE_BIN_CANDIDATES 32
 
 struct SampleShared {
     float s[SAMPLE_MAXV];
     int idx[SAMPLE_MAXV];
     unsigned int hist4[4][256];
+    // the top-k select's bins (bin_of) and the values of its boundary bin
+    unsigned int bins[256];
+    float cand[SAMPLE_BIN_CANDIDATES];
+    unsigned int cand_n;
     float scratch[33];
     float fscratch[SAMPLE_THREADS];
     int iv[4];
@@ -149,54 +156,160 @@ __device__ __forceinline__ int warp_pick_bucket(const unsigned int* hist, int& r
     return __shfl_sync(0xffffffffu, chosen, owner);
 }
 
-// Picks an id from processed logits s[0..V): argmax, or temperature -> top-k -> top-p ->
-// inverse-CDF draw at u in index order. Each thread holds its contiguous chunk of V in
-// registers (so needs V <= SAMPLE_PER_THREAD * blockDim.x: SAMPLE_MAXV at SAMPLE_THREADS
-// threads) and takes every block-wide decision (the radix select's bucket, the maximum,
-// the prefix of the weights) itself, from values its warp leader left in shared memory:
-// 9 block barriers without top-p (the released settings). Top-p sorts in shared memory
-// (s is rewritten then, and on the all-masked fallback).
-__device__ int choose(float* s, int V, bool do_sample, float temp, int top_k, float top_p,
-                      float u, SampleShared& sh) {
-    if (!do_sample) return block_argmax(s, V, sh);
+// The top-k select's bin of value v below the row's maximum mx: 255 for v == mx, one bin
+// less per 1/16 below, 0 for 255/16 or more below (and for -inf and NaN). Non-decreasing
+// in v, so a value in a higher bin is larger than every value in a lower one.
+__device__ __forceinline__ int bin_of(float mx, float v) {
+    const float d = (mx - v) * 16.0f;
+    return d < 255.0f ? 255 - (int)d : 0;
+}
+
+// Before the first block barrier of a draw: clears the selects' histograms and the draw's
+// result. Bin 0 is never counted; it holds V, every rank the other bins do not.
+__device__ __forceinline__ void reset_select(int V, SampleShared& sh) {
+    for (int i = threadIdx.x; i < 4 * 256; i += blockDim.x) (&sh.hist4[0][0])[i] = 0;
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.bins[i] = i == 0 ? (unsigned int)V : 0u;
+    if (threadIdx.x == 0) {
+        sh.cand_n = 0;
+        sh.iv[0] = V;
+    }
+}
+
+// The top_k-th largest value from one histogram of bin_of: the bin holding rank top_k,
+// then its values (at most SAMPLE_BIN_CANDIDATES) ranked by every warp itself. False
+// (thr untouched) when that bin is bin 0 or holds more values: values tied or too close
+// together, or fewer than top_k within 255/16 of the maximum. Two block barriers.
+__device__ bool binned_kth(const float (&x)[SAMPLE_PER_THREAD], int lo, int C, int V, int top_k,
+                           float mx, SampleShared& sh, float& thr) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
+        if (j >= C) break;
+        const int b = bin_of(mx, x[j]);
+        if (lo + j < V && b > 0) atomicAdd(&sh.bins[b], 1u);
+    }
+    __syncthreads();
+    int rank = top_k;
+    const int b = warp_pick_bucket(sh.bins, rank);
+    const int n = (int)sh.bins[b];
+    if (b == 0 || n > SAMPLE_BIN_CANDIDATES) return false;  // the same answer in every thread
+#pragma unroll
+    for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
+        if (j >= C) break;
+        if (lo + j < V && bin_of(mx, x[j]) == b) sh.cand[atomicAdd(&sh.cand_n, 1u)] = x[j];
+    }
+    __syncthreads();
+    // the value with fewer than `rank` candidates above it and at least `rank` at or above
+    const float v = lane < n ? sh.cand[lane] : NEG_INF;
+    int above = 0, at_or_above = 0;
+    for (int k = 0; k < n; k++) {
+        const float o = sh.cand[k];
+        above += o > v;
+        at_or_above += o >= v;
+    }
+    const unsigned int hit = __ballot_sync(0xffffffffu, lane < n && above < rank && rank <= at_or_above);
+    thr = __shfl_sync(0xffffffffu, v, hit ? __ffs(hit) - 1 : 0);
+    return true;
+}
+
+// The top_k-th largest value by a radix select over order-preserving keys, 8 bits a pass
+// (any values). Logits share their high key bits (sign, exponent), so most keys land in a
+// few buckets: lanes with the same bucket add once, through their leader. Four block
+// barriers; reads hist4 as reset_select left it.
+__device__ float radix_kth(const float (&x)[SAMPLE_PER_THREAD], int lo, int C, int V, int top_k,
+                           SampleShared& sh) {
+    const int lane = threadIdx.x & 31;
+    unsigned int prefix = 0, mask = 0;
+    int remaining = top_k;
+    for (int pass = 0; pass < 4; pass++) {
+        const int shift = 24 - 8 * pass;
+#pragma unroll
+        for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
+            if (j >= C) break;  // C is the same for every lane
+            unsigned int key = order_key(x[j]);
+            bool in = lo + j < V && (key & mask) == prefix;
+            unsigned int active = __ballot_sync(0xffffffffu, in);
+            if (in) {
+                unsigned int b = (key >> shift) & 255u;
+                unsigned int peers = __match_any_sync(active, b);
+                if (lane == __ffs(peers) - 1)
+                    atomicAdd(&sh.hist4[pass][b], (unsigned int)__popc(peers));
+            }
+        }
+        __syncthreads();
+        prefix |= ((unsigned int)warp_pick_bucket(sh.hist4[pass], remaining)) << shift;
+        mask |= 255u << shift;
+    }
+    return key_value(prefix);
+}
+
+// This thread's chunk of a row of V values into x (NEG_INF past V): 16-byte loads when
+// the chunk allows (CG: coherent loads of values written in the same launch).
+template <bool CG>
+__device__ __forceinline__ void load_chunk(const float* __restrict__ row, int V,
+                                           float (&x)[SAMPLE_PER_THREAD]) {
+    const int C = (V + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * C;
+    if (!CG && (C & 3) == 0 && lo + C <= V && (reinterpret_cast<size_t>(row + lo) & 15) == 0) {
+#pragma unroll
+        for (int q = 0; q < SAMPLE_PER_THREAD / 4; q++) {
+            float4 v = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+            if (4 * q < C) v = *reinterpret_cast<const float4*>(row + lo + 4 * q);
+            x[4 * q] = v.x;
+            x[4 * q + 1] = v.y;
+            x[4 * q + 2] = v.z;
+            x[4 * q + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < SAMPLE_PER_THREAD; j++)
+            x[j] = j < C && lo + j < V ? ld_cg_if<CG>(row + lo + j) : NEG_INF;
+    }
+}
+
+// The argmax of a row held in chunks: through s (V values of shared memory).
+__device__ int chunk_argmax(const float (&x)[SAMPLE_PER_THREAD], float* s, int V,
+                            SampleShared& sh) {
+    const int C = (V + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * C;
+#pragma unroll
+    for (int j = 0; j < SAMPLE_PER_THREAD; j++)
+        if (j < C && lo + j < V) s[lo + j] = x[j];
+    __syncthreads();
+    return block_argmax(s, V, sh);
+}
+
+// Picks an id from processed logits held in chunks (x, see load_chunk): argmax, or
+// temperature -> top-k -> top-p -> inverse-CDF draw at u in index order. Every block-wide
+// decision (the top-k threshold, the maximum, the prefix of the weights) each thread takes
+// itself from values the warps left in shared memory: 6 block barriers with the released
+// settings (top-k, no top-p) when the top-k boundary falls in a bin of at most
+// SAMPLE_BIN_CANDIDATES values, 9 when the radix select decides. Top-p and the fallbacks
+// go through s (V values of shared memory).
+__device__ int choose(float (&x)[SAMPLE_PER_THREAD], float* s, int V, bool do_sample, float temp,
+                      int top_k, float top_p, float u, SampleShared& sh) {
+    if (!do_sample) return chunk_argmax(x, s, V, sh);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int C = (V + blockDim.x - 1) / blockDim.x;
     const int lo = threadIdx.x * C;
-    float x[SAMPLE_PER_THREAD];
+    if (temp != 1.0f) {
 #pragma unroll
-    for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
-        int i = lo + j;
-        x[j] = j < C && i < V ? (temp != 1.0f ? s[i] / temp : s[i]) : NEG_INF;
+        for (int j = 0; j < SAMPLE_PER_THREAD; j++)
+            if (j < C) x[j] = x[j] / temp;
     }
-    for (int i = threadIdx.x; i < 4 * 256; i += blockDim.x) (&sh.hist4[0][0])[i] = 0;
-    if (threadIdx.x == 0) sh.iv[0] = V;
-    __syncthreads();
-    if (top_k > 0 && top_k < V) {
-        // the top_k-th largest value: a radix select over order-preserving keys, 8 bits a
-        // pass; logits share their high key bits (sign, exponent), so most keys land in a
-        // few buckets: lanes with the same bucket add once, through their leader
-        unsigned int prefix = 0, mask = 0;
-        int remaining = top_k;
-        for (int pass = 0; pass < 4; pass++) {
-            const int shift = 24 - 8 * pass;
+    reset_select(V, sh);
+    // the maximum, which top-k and top-p keep: every thread combines the warps' maxima
+    float mx = NEG_INF;
 #pragma unroll
-            for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
-                if (j >= C) break;  // C is the same for every lane
-                unsigned int key = order_key(x[j]);
-                bool in = lo + j < V && (key & mask) == prefix;
-                unsigned int active = __ballot_sync(0xffffffffu, in);
-                if (in) {
-                    unsigned int b = (key >> shift) & 255u;
-                    unsigned int peers = __match_any_sync(active, b);
-                    if (lane == __ffs(peers) - 1)
-                        atomicAdd(&sh.hist4[pass][b], (unsigned int)__popc(peers));
-                }
-            }
-            __syncthreads();
-            prefix |= ((unsigned int)warp_pick_bucket(sh.hist4[pass], remaining)) << shift;
-            mask |= 255u << shift;
-        }
-        const float thr = key_value(prefix);
+    for (int j = 0; j < SAMPLE_PER_THREAD; j++) mx = fmaxf(mx, x[j]);
+    mx = warp_max(mx);
+    if (lane == 0) sh.fscratch[w] = mx;
+    __syncthreads();
+    mx = NEG_INF;
+    for (int k = 0; k < nw; k++) mx = fmaxf(mx, sh.fscratch[k]);
+    // every value masked: the argmax of the processed values
+    if (mx == NEG_INF) return chunk_argmax(x, s, V, sh);
+    if (top_k > 0 && top_k < V) {
+        float thr;
+        if (!binned_kth(x, lo, C, V, top_k, mx, sh, thr)) thr = radix_kth(x, lo, C, V, top_k, sh);
 #pragma unroll
         for (int j = 0; j < SAMPLE_PER_THREAD; j++)
             if (x[j] < thr) x[j] = NEG_INF;
@@ -212,29 +325,12 @@ __device__ int choose(float* s, int V, bool do_sample, float temp, int top_k, fl
         for (int j = 0; j < SAMPLE_PER_THREAD; j++)
             if (j < C && lo + j < V) x[j] = s[lo + j];
     }
-    // max: every thread combines the warps' maxima in warp order
-    float mx = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < SAMPLE_PER_THREAD; j++) mx = fmaxf(mx, x[j]);
-    mx = warp_max(mx);
-    if (lane == 0) sh.fscratch[w] = mx;
-    __syncthreads();
-    mx = NEG_INF;
-    for (int k = 0; k < nw; k++) mx = fmaxf(mx, sh.fscratch[k]);
-    if (mx == NEG_INF) {
-        // every value masked: the argmax of the processed values
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < SAMPLE_PER_THREAD; j++)
-            if (j < C && lo + j < V) s[lo + j] = x[j];
-        __syncthreads();
-        return block_argmax(s, V, sh);
-    }
     // weights, this thread's sum and last positive index, in index order
     float local = 0.f;
     int last_pos = -1;
 #pragma unroll
     for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
+        if (j >= C) break;
         float wt = x[j] == NEG_INF ? 0.f : expf(x[j] - mx);
         x[j] = wt;
         if (wt > 0.f) { local += wt; last_pos = lo + j; }
@@ -293,17 +389,29 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_talker(
     float penalty = __uint_as_float(p[6]);
     int count = (int)p[11];
     float u = draw_uniform(p[0], p[1], (unsigned int)count, 0u);
+    // the seen bits of this thread's chunk (two words at most), also from earlier launches
+    const int C = (V + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * C;
+    unsigned int seen_first = 0, seen_last = 0;
+    if (penalty != 1.0f && lo < V) {
+        seen_first = sb[lo >> 5];
+        seen_last = sb[min(lo + C - 1, V - 1) >> 5];
+    }
     pdl_wait();
     pdl_trigger();
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float l = logits[(size_t)r * V + i];
-        if (penalty != 1.0f && ((sb[i >> 5] >> (i & 31)) & 1u)) l = l > 0.f ? l / penalty : l * penalty;
+    float x[SAMPLE_PER_THREAD];
+    load_chunk<false>(logits + (size_t)r * V, V, x);
+#pragma unroll
+    for (int j = 0; j < SAMPLE_PER_THREAD; j++) {
+        const int i = lo + j;
+        if (j >= C || i >= V) break;
+        float l = x[j];
+        const unsigned int word = (i >> 5) == (lo >> 5) ? seen_first : seen_last;
+        if (penalty != 1.0f && ((word >> (i & 31)) & 1u)) l = l > 0.f ? l / penalty : l * penalty;
         if (i == eos && count < min_new) l = NEG_INF;
         if (i >= suppress_from && i != eos) l = NEG_INF;
-        sh.s[i] = l;
+        x[j] = l;
     }
-    __syncthreads();
-    int c = choose(sh.s, V, p[2] != 0, __uint_as_float(p[4]), (int)p[3], __uint_as_float(p[5]), u, sh);
+    int c = choose(x, sh.s, V, p[2] != 0, __uint_as_float(p[4]), (int)p[3], __uint_as_float(p[5]), u, sh);
     if (threadIdx.x == 0) {
         out[r * out_stride] = c;
         sb[c >> 5] |= 1u << (c & 31);
@@ -324,6 +432,29 @@ __device__ __forceinline__ void copy_rows_loads_first(float* dst_a, const float*
                                                       float* dst_b, const float* __restrict__ fb,
                                                       int nb) {
     const int total = na + nb, round = COPY_PER_THREAD * blockDim.x;
+    if (fa && ((na | nb) & 3) == 0 &&
+        ((reinterpret_cast<size_t>(dst_a) | reinterpret_cast<size_t>(fa) |
+          reinterpret_cast<size_t>(dst_b) | reinterpret_cast<size_t>(fb)) & 15) == 0) {
+        // f32 rows in 16-byte pieces: a quarter of the instructions
+        const int na4 = na / 4, total4 = total / 4, round4 = round / 4;
+        const float4* a4 = reinterpret_cast<const float4*>(fa);
+        const float4* b4 = reinterpret_cast<const float4*>(fb);
+        for (int first = threadIdx.x; first < total4; first += round4) {
+            float4 v[COPY_PER_THREAD / 4];
+#pragma unroll
+            for (int u = 0; u < COPY_PER_THREAD / 4; u++) {
+                const int i = first + u * blockDim.x;
+                v[u] = i < na4 ? a4[i] : i < total4 ? b4[i - na4] : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < COPY_PER_THREAD / 4; u++) {
+                const int i = first + u * blockDim.x;
+                if (i < na4) reinterpret_cast<float4*>(dst_a)[i] = v[u];
+                else if (i < total4) reinterpret_cast<float4*>(dst_b)[i - na4] = v[u];
+            }
+        }
+        return;
+    }
     for (int first = threadIdx.x; first < total; first += round) {
         float v[COPY_PER_THREAD];
 #pragma unroll
@@ -369,9 +500,9 @@ __device__ int sample_cp_row(int r, const float* __restrict__ logits, int V, int
         pdl_trigger();
     }
     // CG: the persistent loop's blocks wrote these logits in the same launch
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sh.s[i] = ld_cg_if<CG>(logits + (size_t)r * V + i);
-    __syncthreads();
-    int c = choose(sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
+    float x[SAMPLE_PER_THREAD];
+    load_chunk<CG>(logits + (size_t)r * V, V, x);
+    int c = choose(x, sh.s, V, p[7] != 0, __uint_as_float(p[9]), (int)p[8], __uint_as_float(p[10]), u, sh);
     if (threadIdx.x == 0) frames[r * 16 + step] = c;
     if (step < 15) {
         const size_t base = ((size_t)(step - 1) * V + c) * D;

@@ -25,7 +25,6 @@ use tts_cuda::codec::{
 };
 use tts_cuda::device::Gpu;
 use tts_cuda::weights::HostLoader;
-use tts_cuda::CudaError;
 use tts_model::checkpoint::SafetensorsFiles;
 use tts_model::reference::load_codec;
 use tts_model::weights::CodecW;
@@ -38,17 +37,6 @@ const RELEASE_F32_MAX: f32 = 5e-2;
 const RELEASE_F32_RMS: f64 = 2e-3;
 const RELEASE_TF32_MAX: f32 = 2.0 + 1e-6;
 const RELEASE_TF32_RMS: f64 = 0.4;
-
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
-    match Gpu::open(0) {
-        Ok(g) => Some(g),
-        Err(CudaError::Unavailable(why)) => {
-            common::report_skip(&format!("{test}: no CUDA device ({why})"));
-            None
-        }
-        Err(e) => panic!("{test}: opening the GPU: {e}"),
-    }
-}
 
 fn fixtures() -> PathBuf {
     std::env::var("QWEN3_TTS_FIXTURES")
@@ -157,7 +145,7 @@ fn streams_together(gpu: &Gpu, codec: &mut DevCodec, codes: &[Frame]) -> Vec<Vec
 
 #[test]
 fn fixture_streams_match_the_cpu_reference() {
-    let Some(gpu) = gpu_or_skip("fixture_streams_match_the_cpu_reference") else {
+    let Some(gpu) = common::open_gpu("fixture_streams_match_the_cpu_reference") else {
         return;
     };
     for name in ["codec_long_w72", "codec_long_w16"] {
@@ -240,7 +228,7 @@ fn fixture_streams_match_the_cpu_reference() {
 
 #[test]
 fn release_geometry_matches_the_cpu_reference() {
-    let Some(gpu) = gpu_or_skip("release_geometry_matches_the_cpu_reference") else {
+    let Some(gpu) = common::open_gpu("release_geometry_matches_the_cpu_reference") else {
         return;
     };
     let model = Model::load("random:1.7b", LoadOptions::default()).expect("random:1.7b");
@@ -306,7 +294,7 @@ fn release_geometry_matches_the_cpu_reference() {
 /// eagerly and through the per-shape CUDA graphs, and prints what it sees.
 #[test]
 fn benchmarks_run() {
-    let Some(gpu) = gpu_or_skip("benchmarks_run") else {
+    let Some(gpu) = common::open_gpu("benchmarks_run") else {
         return;
     };
     let c = case("codec_long_w72");
@@ -561,7 +549,7 @@ fn check_implicit_conv(gpu: &Gpu, geo: &ConvGeo, (window, resident): (bool, bool
 /// (7 taps, dilation 3, 4 steps per frame): both tile shapes (96 and 128 outputs).
 #[test]
 fn implicit_conv_matches_a_host_reference() {
-    let Some(gpu) = gpu_or_skip("implicit_conv_matches_a_host_reference") else {
+    let Some(gpu) = common::open_gpu("implicit_conv_matches_a_host_reference") else {
         return;
     };
     let geo = ConvGeo {
@@ -589,7 +577,7 @@ fn implicit_conv_matches_a_host_reference() {
 /// order), for 96 outputs (one 96-wide tile), 192 (two) and 128 (64-wide tiles).
 #[test]
 fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
-    let Some(gpu) = gpu_or_skip("window_conv_matches_the_per_tap_kernel_bit_for_bit") else {
+    let Some(gpu) = common::open_gpu("window_conv_matches_the_per_tap_kernel_bit_for_bit") else {
         return;
     };
     let geo = ConvGeo {
@@ -636,7 +624,7 @@ fn window_conv_matches_the_per_tap_kernel_bit_for_bit() {
 /// reset streams, so every one decodes the same frames from the same state).
 #[test]
 fn codec_graphs_are_captured_after_repeated_shapes() {
-    let Some(gpu) = gpu_or_skip("codec_graphs_are_captured_after_repeated_shapes") else {
+    let Some(gpu) = common::open_gpu("codec_graphs_are_captured_after_repeated_shapes") else {
         return;
     };
     let c = case("codec_long_w72");
@@ -700,7 +688,7 @@ fn uneven_streams_bits(gpu: &Gpu, codec: &mut DevCodec, codes: &[Frame]) -> Vec<
 /// columns, implicit convolutions off so that every convolution has its im2col.
 #[test]
 fn wide_copies_match_the_scalar_kernels_bit_for_bit() {
-    let Some(gpu) = gpu_or_skip("wide_copies_match_the_scalar_kernels_bit_for_bit") else {
+    let Some(gpu) = common::open_gpu("wide_copies_match_the_scalar_kernels_bit_for_bit") else {
         return;
     };
     let fixture = case("codec_long_w72");

@@ -1121,18 +1121,6 @@ fn models_to_check() -> Vec<&'static str> {
     models
 }
 
-/// The GPU for a kernel-level test, or None (printing why) when there is none.
-fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
-    match tts_cuda::device::Gpu::open(0) {
-        Ok(g) => Some(g),
-        Err(CudaError::Unavailable(why)) => {
-            common::report_skip(&format!("{test}: no CUDA device ({why})"));
-            None
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
-}
-
 /// cuBLASLt's tuned algorithms (`lt.rs`; every bucket kept on cuBLASLt here, whatever its
 /// time) give what `cublasGemmEx` gives for the batched linear layers' GEMM (bf16 weights
 /// × bf16 columns, f32 out) at column counts inside and at the edges of the buckets: the
@@ -1141,7 +1129,7 @@ fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
 fn cublaslt_gemms_match_cublas_gemm_ex() {
     use tts_cuda::lt::{tune_with, weight_gemm, Keep};
     let test = "cublaslt_gemms_match_cublas_gemm_ex";
-    let Some(gpu) = open_gpu(test) else {
+    let Some(gpu) = common::open_gpu(test) else {
         return;
     };
     let Some(lt) = gpu.lt.as_ref() else {
@@ -1210,7 +1198,7 @@ fn cublaslt_gemms_match_cublas_gemm_ex() {
 #[test]
 fn tensor_core_linear_matches_the_gemv() {
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
-    let Some(gpu) = open_gpu("tensor_core_linear_matches_the_gemv") else {
+    let Some(gpu) = common::open_gpu("tensor_core_linear_matches_the_gemv") else {
         return;
     };
     if !gpu.clusters {
@@ -1415,7 +1403,7 @@ fn tensor_core_linear_matches_the_gemv() {
 fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
     use tts_model::fp8::Fp8Rows;
-    let Some(gpu) = open_gpu("fp8_gemv_matches_the_bf16_gemv_on_the_same_weights") else {
+    let Some(gpu) = common::open_gpu("fp8_gemv_matches_the_bf16_gemv_on_the_same_weights") else {
         return;
     };
     let mut rnd = common::uniform(777, -1.0, 1.0);
@@ -1533,7 +1521,7 @@ fn qkv_table_matches_the_first_layers_projection() {
 /// The GPU for a test of the staged kernels (`what`), or None (printing why) when there is
 /// none or it does not run them.
 fn open_staged_gpu(test: &str, what: &str) -> Option<tts_cuda::device::Gpu> {
-    let gpu = open_gpu(test)?;
+    let gpu = common::open_gpu(test)?;
     if !gpu.staged {
         eprintln!(
             "{test}: {what} does not run on {}: nothing to compare",

@@ -18,3 +18,16 @@ pub fn uniform(mut seed: u64, lo: f32, hi: f32) -> impl FnMut() -> f32 {
         lo + (hi - lo) * ((seed >> 40) as f32 / (1u64 << 24) as f32)
     }
 }
+
+/// The GPU for a kernel-level test, or None (saying why) when there is none.
+#[allow(dead_code)] // kernels_compile opens no GPU
+pub fn open_gpu(test: &str) -> Option<tts_cuda::device::Gpu> {
+    match tts_cuda::device::Gpu::open(0) {
+        Ok(g) => Some(g),
+        Err(tts_cuda::CudaError::Unavailable(why)) => {
+            report_skip(&format!("{test}: no CUDA device ({why})"));
+            None
+        }
+        Err(e) => panic!("{test}: opening the GPU: {e}"),
+    }
+}
