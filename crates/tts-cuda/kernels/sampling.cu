@@ -11,7 +11,7 @@
 // seen: u32 [max_slots][seen_words], bit id set once code-0 id was sampled.
 // One block of SAMPLE_THREADS threads per row; V <= SAMPLE_MAXV.
 
-#define SAMPLE_THREADS 256
+#define SAMPLE_THREADS 512
 #define SAMPLE_MAXV 4096
 
 __device__ __forceinline__ void philox4x32(unsigned int k0, unsigned int k1, unsigned int* c) {
@@ -207,7 +207,8 @@ __device__ bool binned_kth(const float (&x)[SAMPLE_PER_THREAD], int lo, int C, i
         above += o > v;
         at_or_above += o >= v;
     }
-    const unsigned int hit = __ballot_sync(0xffffffffu, lane < n && above < rank && rank <= at_or_above);
+    const unsigned int hit =
+        __ballot_sync(0xffffffffu, lane < n && above < rank && rank <= at_or_above);
     thr = __shfl_sync(0xffffffffu, v, hit ? __ffs(hit) - 1 : 0);
     return true;
 }

@@ -146,7 +146,7 @@ pub fn predict(
         gpu.launch(
             "sample_cp",
             (b as u32, 1, 1),
-            256,
+            crate::device::SAMPLER_THREADS,
             &[
                 Arg::P(ws.logits.ptr),
                 Arg::I(head.n as i32),

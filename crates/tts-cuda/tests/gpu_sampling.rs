@@ -10,7 +10,7 @@
 mod common;
 
 use half::bf16;
-use tts_cuda::device::{Arg, Gpu};
+use tts_cuda::device::{Arg, Gpu, SAMPLER_THREADS};
 use tts_model::sampling::{
     choose, draw_uniform, process_talker_logits, SamplerParams, TalkerRules,
 };
@@ -167,11 +167,16 @@ fn code_predictor_sampler_picks_what_the_cpu_reference_picks() {
     let Some(gpu) = common::open_gpu(test) else {
         return;
     };
-    // the 1.7B's code predictor vocabulary, and one that is not a multiple of four
-    for v in [2048usize, 301] {
+    // the 1.7B's code predictor vocabulary, and one that is not a multiple of four; blocks
+    // of the launches' size and of the persistent loop's (256)
+    for (v, threads) in [
+        (2048usize, SAMPLER_THREADS),
+        (301, SAMPLER_THREADS),
+        (2048, 256),
+    ] {
         let cases = cases(v, 6);
         let step = 15; // the last step: no next input to copy
-        let (frames, _, _) = run_cp(&gpu, &cases, v, step, None);
+        let (frames, _, _) = run_cp(&gpu, &cases, v, step, None, threads);
         let mut near = 0;
         for (r, c) in cases.iter().enumerate() {
             let u = draw_uniform(c.seed, c.frame, step as u32);
@@ -182,16 +187,16 @@ fn code_predictor_sampler_picks_what_the_cpu_reference_picks() {
                 u,
                 &mut near,
             ) {
-                panic!("{test}: V {v}, {}: {e}", describe(c));
+                panic!("{test}: V {v}, {threads} threads, {}: {e}", describe(c));
             }
         }
         assert!(
             near * 50 <= cases.len(),
-            "{test}: V {v}: {near} picks off by rounding"
+            "{test}: V {v}, {threads} threads: {near} picks off by rounding"
         );
         eprintln!(
-            "{test}: V {v}: {} rows, every pick the reference's ({near} at a boundary the two \
-             sums round apart)",
+            "{test}: V {v}, {threads} threads: {} rows, every pick the reference's ({near} at \
+             a boundary the two sums round apart)",
             cases.len()
         );
     }
@@ -228,7 +233,7 @@ fn code_predictor_sampler_copies_the_picked_codes_rows() {
             d,
             q,
         };
-        let (frames, next_x, qkv) = run_cp(&gpu, &cases, v, step, Some(&tables));
+        let (frames, next_x, qkv) = run_cp(&gpu, &cases, v, step, Some(&tables), SAMPLER_THREADS);
         for (r, c) in cases.iter().enumerate() {
             let code = frames[r * 16 + step];
             assert!(
@@ -267,7 +272,7 @@ fn code_predictor_sampler_copies_the_picked_codes_rows() {
     }
 }
 
-/// The tables the code predictor's sampler copies from, and what it wrote.
+/// The tables the code predictor's sampler copies from.
 struct Tables {
     folded: Option<tts_cuda::device::DBuf<f32>>,
     raw: tts_cuda::device::DBuf<bf16>,
@@ -276,14 +281,16 @@ struct Tables {
     q: usize,
 }
 
-/// Runs `sample_cp` at `step` over one row per case (slot r = row r); returns the frames
-/// [rows][16] and, with tables, the next-input rows [rows][d] and QKV rows [rows][q].
+/// Runs `sample_cp` at `step` over one row per case (slot r = row r), blocks of `threads`;
+/// returns the frames [rows][16] and, with tables, the next-input rows [rows][d] and QKV
+/// rows [rows][q].
 fn run_cp(
     gpu: &Gpu,
     cases: &[Case],
     v: usize,
     step: usize,
     tables: Option<&Tables>,
+    threads: u32,
 ) -> (Vec<i32>, Vec<f32>, Vec<f32>) {
     let rows = cases.len();
     let logits: Vec<f32> = cases
@@ -306,7 +313,7 @@ fn run_cp(
     gpu.launch(
         "sample_cp",
         (rows as u32, 1, 1),
-        256,
+        threads,
         &[
             Arg::P(logits.ptr),
             Arg::I(v as i32),
@@ -384,7 +391,7 @@ fn talker_sampler_picks_what_the_cpu_reference_picks() {
     gpu.launch(
         "sample_talker",
         (rows as u32, 1, 1),
-        256,
+        SAMPLER_THREADS,
         &[
             Arg::P(logits.ptr),
             Arg::I(v as i32),
@@ -428,5 +435,8 @@ fn talker_sampler_picks_what_the_cpu_reference_picks() {
         );
     }
     assert!(near * 50 <= rows, "{test}: {near} picks off by rounding");
-    eprintln!("{test}: {rows} rows, every pick the reference's ({near} at a boundary the two sums round apart)");
+    eprintln!(
+        "{test}: {rows} rows, every pick the reference's ({near} at a boundary the two sums \
+         round apart)"
+    );
 }
