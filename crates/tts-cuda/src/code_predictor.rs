@@ -146,7 +146,7 @@ pub fn predict(
         gpu.launch(
             "sample_cp",
             (b as u32, 1, 1),
-            crate::device::SAMPLER_THREADS,
+            crate::device::sampler_threads(b, gpu.sm_count),
             &[
                 Arg::P(ws.logits.ptr),
                 Arg::I(head.n as i32),

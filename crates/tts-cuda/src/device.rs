@@ -22,10 +22,22 @@ use crate::error::CudaError;
 use crate::libs;
 use crate::lt::Lt;
 
-/// Threads of a `sample_talker` / `sample_cp` block (`SAMPLE_THREADS` of `sampling.cu`, its
-/// launch bound): a row's choice is a chain of dependent steps per warp, shorter with more
-/// warps (the talker's sampler 12.2 -> 10.5 us at 512 instead of 256 on the H200).
+/// Most threads of a `sample_talker` / `sample_cp` block (`SAMPLE_THREADS` of
+/// `sampling.cu`, its launch bound).
 pub const SAMPLER_THREADS: u32 = 512;
+
+/// Threads per block of a sampler launch over `rows` rows (one block each): a row's choice
+/// is a chain of dependent steps per warp, shorter with more warps (on the H200 the
+/// talker's sampler took 10.5 us at 512 threads, 12.2 at 256; the code predictor's 8.8 at
+/// either), but a 512-thread block fills a multiprocessor's registers, so beyond one row
+/// per multiprocessor the 256-thread blocks (two to a multiprocessor) finish in one wave.
+pub fn sampler_threads(rows: usize, sm_count: u32) -> u32 {
+    if rows <= sm_count as usize {
+        SAMPLER_THREADS
+    } else {
+        SAMPLER_THREADS / 2
+    }
+}
 
 /// Names of the decoding kernels (checked at start-up). Each calls `pdl_wait()` before it
 /// touches data of earlier work (`common.cuh`), so they are launched with programmatic
@@ -860,4 +872,17 @@ pub enum GemmType {
     F32,
     /// f16 matrices, f32 accumulation and output.
     F16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampler_blocks_halve_past_one_row_per_multiprocessor() {
+        assert_eq!(sampler_threads(1, 132), SAMPLER_THREADS);
+        assert_eq!(sampler_threads(132, 132), SAMPLER_THREADS);
+        assert_eq!(sampler_threads(133, 132), SAMPLER_THREADS / 2);
+        assert_eq!(sampler_threads(192, 132), SAMPLER_THREADS / 2);
+    }
 }

@@ -121,7 +121,7 @@ fn finish_rows(
     gpu.launch(
         "sample_talker",
         (n as u32, 1, 1),
-        crate::device::SAMPLER_THREADS,
+        crate::device::sampler_threads(n, gpu.sm_count),
         &[
             Arg::P(ws.logits.ptr),
             Arg::I(vocab as i32),

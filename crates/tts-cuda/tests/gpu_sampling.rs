@@ -360,7 +360,6 @@ fn talker_sampler_picks_what_the_cpu_reference_picks() {
     let penalty = 1.05f32;
     let cases = cases(v, 4);
     let rows = cases.len();
-    let mut near = 0;
     let seen_words = v.div_ceil(32);
     let mut next = common::uniform(5, 0.0, 2048.0);
     // earlier ids of each row: `frame` of them, duplicates allowed
@@ -384,59 +383,61 @@ fn talker_sampler_picks_what_the_cpu_reference_picks() {
         .collect();
     let slots: Vec<i32> = (0..rows as i32).collect();
     let logits = gpu.upload(&logits).unwrap();
-    let params = gpu.upload(&params).unwrap();
-    let seen = gpu.upload(&seen).unwrap();
     let slots = gpu.upload(&slots).unwrap();
-    let out = gpu.zeros::<i32>(rows * 2).unwrap();
-    gpu.launch(
-        "sample_talker",
-        (rows as u32, 1, 1),
-        SAMPLER_THREADS,
-        &[
-            Arg::P(logits.ptr),
-            Arg::I(v as i32),
-            Arg::I(rows as i32),
-            Arg::P(slots.ptr),
-            Arg::P(params.ptr),
-            Arg::P(seen.ptr),
-            Arg::I(seen_words as i32),
-            Arg::I(rules.eos as i32),
-            Arg::I(rules.suppress_from as i32),
-            Arg::I(rules.min_new_tokens as i32),
-            Arg::P(out.ptr),
-            Arg::I(2),
-        ],
-    )
-    .unwrap();
-    let got = gpu.read(&out, rows * 2).unwrap();
-    let params_after = gpu.read(&params, rows * 16).unwrap();
-    let seen_after = gpu.read(&seen, rows * seen_words).unwrap();
-    for (r, c) in cases.iter().enumerate() {
-        let mut l = c.logits.clone();
-        process_talker_logits(&mut l, &history[r], penalty, &rules);
-        let picked = got[r * 2] as u32;
-        if let Err(e) = check_pick(
-            got[r * 2],
-            l,
-            &c.params,
-            draw_uniform(c.seed, c.frame, 0),
-            &mut near,
-        ) {
-            panic!("{test}: {}: {e}", describe(c));
+    // blocks of either size `device::sampler_threads` launches
+    for threads in [SAMPLER_THREADS, SAMPLER_THREADS / 2] {
+        let mut near = 0;
+        let params = gpu.upload(&params).unwrap();
+        let seen = gpu.upload(&seen).unwrap();
+        let out = gpu.zeros::<i32>(rows * 2).unwrap();
+        gpu.launch(
+            "sample_talker",
+            (rows as u32, 1, 1),
+            threads,
+            &[
+                Arg::P(logits.ptr),
+                Arg::I(v as i32),
+                Arg::I(rows as i32),
+                Arg::P(slots.ptr),
+                Arg::P(params.ptr),
+                Arg::P(seen.ptr),
+                Arg::I(seen_words as i32),
+                Arg::I(rules.eos as i32),
+                Arg::I(rules.suppress_from as i32),
+                Arg::I(rules.min_new_tokens as i32),
+                Arg::P(out.ptr),
+                Arg::I(2),
+            ],
+        )
+        .unwrap();
+        let got = gpu.read(&out, rows * 2).unwrap();
+        let params_after = gpu.read(&params, rows * 16).unwrap();
+        let seen_after = gpu.read(&seen, rows * seen_words).unwrap();
+        for (r, c) in cases.iter().enumerate() {
+            let mut l = c.logits.clone();
+            process_talker_logits(&mut l, &history[r], penalty, &rules);
+            let picked = got[r * 2] as u32;
+            let u = draw_uniform(c.seed, c.frame, 0);
+            if let Err(e) = check_pick(got[r * 2], l, &c.params, u, &mut near) {
+                panic!("{test}: {threads} threads, {}: {e}", describe(c));
+            }
+            assert_eq!(
+                params_after[r * 16 + 11],
+                c.frame + 1,
+                "{test}: row {r}: the sample was not counted"
+            );
+            assert!(
+                seen_after[r * seen_words + picked as usize / 32] & (1 << (picked % 32)) != 0,
+                "{test}: row {r}: id {picked} not marked seen"
+            );
         }
-        assert_eq!(
-            params_after[r * 16 + 11],
-            c.frame + 1,
-            "{test}: row {r}: the sample was not counted"
-        );
         assert!(
-            seen_after[r * seen_words + picked as usize / 32] & (1 << (picked % 32)) != 0,
-            "{test}: row {r}: id {picked} not marked seen"
+            near * 50 <= rows,
+            "{test}: {threads} threads: {near} picks off by rounding"
+        );
+        eprintln!(
+            "{test}: {threads} threads: {rows} rows, every pick the reference's ({near} at a \
+             boundary the two sums round apart)"
         );
     }
-    assert!(near * 50 <= rows, "{test}: {near} picks off by rounding");
-    eprintln!(
-        "{test}: {rows} rows, every pick the reference's ({near} at a boundary the two sums \
-         round apart)"
-    );
 }
