@@ -9,7 +9,8 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 timeout ${PARITY_TIMEOUT:-420} $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1; echo "parity rc $?"
 timeout 120 $D/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1; echo "codec rc $?"
-grep -E "^test |test result" "$OUT/parity.txt" "$OUT/codec.txt"
+timeout 60 $D/gpu_sampling --test-threads=1 > "$OUT/sampling.txt" 2>&1; echo "sampling rc $?"
+grep -E "^test |test result" "$OUT/parity.txt" "$OUT/codec.txt" "$OUT/sampling.txt"
 if [ "${STAGES:-1}" = 1 ]; then
     timeout 240 $D/qwen3-tts bench-stages --batches "${BATCHES:-1,4,16,32,64}" --iters 20 \
         --kernels --out "$OUT/stages.json" > "$OUT/stages.txt" 2>&1; echo "stages rc $?"
