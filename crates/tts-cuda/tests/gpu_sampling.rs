@@ -10,7 +10,7 @@
 mod common;
 
 use half::bf16;
-use tts_cuda::device::{Arg, Gpu, SAMPLER_THREADS};
+use tts_cuda::device::{Arg, DBuf, Gpu, SAMPLER_THREADS};
 use tts_model::sampling::{
     choose, draw_uniform, process_talker_logits, SamplerParams, TalkerRules,
 };
@@ -156,6 +156,42 @@ fn check_pick(
     }
 }
 
+/// The cases' logits and slot ids (slot r = row r) on the GPU, and their parameter
+/// blocks (each slot's count of earlier samples from `count`).
+fn upload_rows(
+    gpu: &Gpu,
+    cases: &[Case],
+    talker: bool,
+    penalty: f32,
+    count: impl Fn(&Case) -> u32,
+) -> (DBuf<f32>, DBuf<i32>, Vec<u32>) {
+    let logits: Vec<f32> = cases
+        .iter()
+        .flat_map(|c| c.logits.iter().copied())
+        .collect();
+    let slots: Vec<i32> = (0..cases.len() as i32).collect();
+    let params = cases
+        .iter()
+        .flat_map(|c| slot_params(c, talker, penalty, count(c)))
+        .collect();
+    (
+        gpu.upload(&logits).unwrap(),
+        gpu.upload(&slots).unwrap(),
+        params,
+    )
+}
+
+/// The arguments both samplers start with: logits, V, rows, slots, parameter blocks.
+fn row_args(logits: &DBuf<f32>, v: usize, slots: &DBuf<i32>, params: &DBuf<u32>) -> Vec<Arg> {
+    vec![
+        Arg::P(logits.ptr),
+        Arg::I(v as i32),
+        Arg::I(slots.len as i32),
+        Arg::P(slots.ptr),
+        Arg::P(params.ptr),
+    ]
+}
+
 /// Copies a table of `len` f32 values from `f(i)`.
 fn table(len: usize, f: impl Fn(usize) -> f32) -> Vec<f32> {
     (0..len).map(f).collect()
@@ -274,9 +310,9 @@ fn code_predictor_sampler_copies_the_picked_codes_rows() {
 
 /// The tables the code predictor's sampler copies from.
 struct Tables {
-    folded: Option<tts_cuda::device::DBuf<f32>>,
-    raw: tts_cuda::device::DBuf<bf16>,
-    qkv0: Option<tts_cuda::device::DBuf<f32>>,
+    folded: Option<DBuf<f32>>,
+    raw: DBuf<bf16>,
+    qkv0: Option<DBuf<f32>>,
     d: usize,
     q: usize,
 }
@@ -293,45 +329,34 @@ fn run_cp(
     threads: u32,
 ) -> (Vec<i32>, Vec<f32>, Vec<f32>) {
     let rows = cases.len();
-    let logits: Vec<f32> = cases
-        .iter()
-        .flat_map(|c| c.logits.iter().copied())
-        .collect();
-    let params: Vec<u32> = cases
-        .iter()
-        .flat_map(|c| slot_params(c, false, 1.0, c.frame + 1))
-        .collect();
-    let slots: Vec<i32> = (0..rows as i32).collect();
-    let logits = gpu.upload(&logits).unwrap();
+    let (logits, slots, params) = upload_rows(gpu, cases, false, 1.0, |c| c.frame + 1);
     let params = gpu.upload(&params).unwrap();
-    let slots = gpu.upload(&slots).unwrap();
     let frames = gpu.zeros::<i32>(rows * 16).unwrap();
     let (d, q) = tables.map_or((0, 0), |t| (t.d, t.q));
     let next_x = gpu.zeros::<f32>(rows * d.max(1)).unwrap();
     let qkv = gpu.zeros::<f32>(rows * q.max(1)).unwrap();
-    let ptr = |b: Option<&tts_cuda::device::DBuf<f32>>| b.map_or(0, |b| b.ptr);
+    let ptr = |b: Option<&DBuf<f32>>| b.map_or(0, |b| b.ptr);
     gpu.launch(
         "sample_cp",
         (rows as u32, 1, 1),
         threads,
         &[
-            Arg::P(logits.ptr),
-            Arg::I(v as i32),
-            Arg::I(rows as i32),
-            Arg::P(slots.ptr),
-            Arg::P(params.ptr),
-            Arg::I(step as i32),
-            Arg::P(frames.ptr),
-            Arg::P(ptr(tables.and_then(|t| t.folded.as_ref()))),
-            Arg::P(tables.map_or(0, |t| t.raw.ptr)),
-            Arg::I(d as i32),
-            Arg::P(next_x.ptr),
-            Arg::I(d as i32),
-            Arg::P(ptr(tables.and_then(|t| t.qkv0.as_ref()))),
-            Arg::I(q as i32),
-            Arg::P(qkv.ptr),
-            Arg::I(q as i32),
-        ],
+            row_args(&logits, v, &slots, &params),
+            vec![
+                Arg::I(step as i32),
+                Arg::P(frames.ptr),
+                Arg::P(ptr(tables.and_then(|t| t.folded.as_ref()))),
+                Arg::P(tables.map_or(0, |t| t.raw.ptr)),
+                Arg::I(d as i32),
+                Arg::P(next_x.ptr),
+                Arg::I(d as i32),
+                Arg::P(ptr(tables.and_then(|t| t.qkv0.as_ref()))),
+                Arg::I(q as i32),
+                Arg::P(qkv.ptr),
+                Arg::I(q as i32),
+            ],
+        ]
+        .concat(),
     )
     .unwrap();
     (
@@ -373,17 +398,7 @@ fn talker_sampler_picks_what_the_cpu_reference_picks() {
             seen[r * seen_words + id as usize / 32] |= 1 << (id % 32);
         }
     }
-    let logits: Vec<f32> = cases
-        .iter()
-        .flat_map(|c| c.logits.iter().copied())
-        .collect();
-    let params: Vec<u32> = cases
-        .iter()
-        .flat_map(|c| slot_params(c, true, penalty, c.frame))
-        .collect();
-    let slots: Vec<i32> = (0..rows as i32).collect();
-    let logits = gpu.upload(&logits).unwrap();
-    let slots = gpu.upload(&slots).unwrap();
+    let (logits, slots, params) = upload_rows(&gpu, &cases, true, penalty, |c| c.frame);
     // blocks of either size `device::sampler_threads` launches
     for threads in [SAMPLER_THREADS, SAMPLER_THREADS / 2] {
         let mut near = 0;
@@ -395,19 +410,18 @@ fn talker_sampler_picks_what_the_cpu_reference_picks() {
             (rows as u32, 1, 1),
             threads,
             &[
-                Arg::P(logits.ptr),
-                Arg::I(v as i32),
-                Arg::I(rows as i32),
-                Arg::P(slots.ptr),
-                Arg::P(params.ptr),
-                Arg::P(seen.ptr),
-                Arg::I(seen_words as i32),
-                Arg::I(rules.eos as i32),
-                Arg::I(rules.suppress_from as i32),
-                Arg::I(rules.min_new_tokens as i32),
-                Arg::P(out.ptr),
-                Arg::I(2),
-            ],
+                row_args(&logits, v, &slots, &params),
+                vec![
+                    Arg::P(seen.ptr),
+                    Arg::I(seen_words as i32),
+                    Arg::I(rules.eos as i32),
+                    Arg::I(rules.suppress_from as i32),
+                    Arg::I(rules.min_new_tokens as i32),
+                    Arg::P(out.ptr),
+                    Arg::I(2),
+                ],
+            ]
+            .concat(),
         )
         .unwrap();
         let got = gpu.read(&out, rows * 2).unwrap();
