@@ -4,7 +4,8 @@
 //! Layout: `spec` (options) -> `run` (per rate: `arrivals` schedule, one task per request
 //! through `client_http` or `client_ws`) -> each stream followed by `stream` (s16le
 //! decoding, onset rule from `tts_engine`, simulated `playback`) into a `record` ->
-//! `report` (per-rate summaries with `stats`; stdout table, JSON, Markdown, and the `plot`).
+//! `report` (per-rate summaries with `stats` and the `timeline` of each run; stdout table,
+//! JSON, Markdown, and the `plot`).
 
 pub mod arrivals;
 pub mod client;
@@ -20,6 +21,7 @@ pub mod spec;
 pub mod stage_work;
 pub mod stats;
 pub mod stream;
+pub mod timeline;
 
 pub use record::{Outcome, RequestRecord};
 pub use report::{BenchReport, RateReport};

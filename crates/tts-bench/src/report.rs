@@ -24,6 +24,7 @@ use crate::record::RequestRecord;
 use crate::run::RateRun;
 use crate::spec::{BenchSpec, Protocol};
 use crate::stats::{Lows, Percentiles};
+use crate::timeline::{self, Slice};
 
 /// Dollars per million characters at `gpu_price` $/hour and `chars_per_s`; `None` when
 /// nothing was delivered.
@@ -83,6 +84,9 @@ pub struct RateReport {
     pub tightest_buffer_ms: Option<Lows>,
     pub throughput: Throughput,
     pub cost_per_million_chars: Option<f64>,
+    /// TTFA over the whole run in slices of arrival time, warm-up included
+    /// ([`crate::timeline`]).
+    pub timeline: Vec<Slice>,
     /// Every arrival (with `--raw`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub records: Option<Vec<RequestRecord>>,
@@ -182,6 +186,7 @@ impl RateReport {
             tightest_buffer_ms: Lows::of(ok.iter().filter_map(|r| r.tightest_ms)),
             throughput,
             cost_per_million_chars: cost_per_million_chars(gpu_price, throughput.chars_per_s),
+            timeline: timeline::slices(records, timeline::SLICE_S, warmup_s),
             records: keep_records.then(|| records.to_vec()),
         }
     }
@@ -376,6 +381,9 @@ impl BenchReport {
                 );
             }
         }
+        for r in &self.rates {
+            let _ = writeln!(s, "{}", timeline::summary_line(r));
+        }
         for r in self
             .rates
             .iter()
@@ -487,6 +495,7 @@ impl BenchReport {
                 )),
             );
         }
+        s.push_str(&timeline::markdown(&self.rates));
         let troubled: Vec<&RateReport> = self
             .rates
             .iter()
