@@ -416,8 +416,18 @@ impl DevCodec {
             && !self.graphs.contains_key(&key)
             && self.graphs.len() < MAX_CODEC_GRAPHS
         {
+            let t0 = Instant::now();
             let g = Graph::capture(gpu, |gpu| self.enqueue_launches(gpu, frames, rows))?;
             self.graphs.insert(key, g);
+            // host time the GPU may wait through: a fresh server under load meets many
+            // shapes (at most MAX_CODEC_GRAPHS lines in a server's life)
+            tracing::info!(
+                frames,
+                rows,
+                ms = t0.elapsed().as_secs_f64() * 1e3,
+                graphs = self.graphs.len(),
+                "codec pass captured"
+            );
         }
         match self.graphs.get(&key) {
             Some(g) if self.graphs_on => g.launch(),
