@@ -343,7 +343,7 @@ impl BenchReport {
             "n", "streams", "chars/s", "s/s", "chars"
         );
         for r in &self.rates {
-            let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+            let f = fmt_ms;
             let (b, a, e) = (r.ttfb_ms, r.ttfa_ms, r.e2e_ms);
             let _ = writeln!(
                 s,
@@ -439,7 +439,7 @@ impl BenchReport {
             self.gpu_price_per_hour
         );
 
-        let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let ms = fmt_ms;
         let _ = writeln!(s, "## Audible TTFA, underruns, throughput\n");
         let _ = writeln!(
             s,
@@ -518,6 +518,11 @@ fn problems(r: &RateReport) -> String {
         parts.push(format!("ok without audible onset x{}", r.ok_without_onset));
     }
     parts.join(", ")
+}
+
+/// A table cell of milliseconds: one decimal, `-` for none.
+pub fn fmt_ms(x: Option<f64>) -> String {
+    x.map_or("-".to_string(), |v| format!("{v:.1}"))
 }
 
 /// `10` rather than `10.0`; fractions kept.

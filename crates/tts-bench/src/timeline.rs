@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::record::RequestRecord;
-use crate::report::{fmt_rate, RateReport};
+use crate::report::{fmt_ms, fmt_rate, RateReport};
 use crate::stats::Percentiles;
 
 /// Seconds of arrival time per slice.
@@ -38,12 +38,15 @@ pub fn slices(records: &[RequestRecord], slice_s: f64, warmup_s: f64) -> Vec<Sli
     let Some(last) = records.iter().map(|r| slice_of(r.scheduled_s)).max() else {
         return Vec::new();
     };
-    (slice_of(0.0)..=last)
-        .map(|k| {
-            let inside: Vec<&RequestRecord> = records
-                .iter()
-                .filter(|r| slice_of(r.scheduled_s) == k && r.outcome.label() != "skipped")
-                .collect();
+    let first = slice_of(0.0);
+    // one pass over the records: each sent one into its slice
+    let mut by_slice: Vec<Vec<&RequestRecord>> = vec![Vec::new(); (last - first + 1) as usize];
+    for r in records.iter().filter(|r| r.outcome.label() != "skipped") {
+        by_slice[(slice_of(r.scheduled_s) - first) as usize].push(r);
+    }
+    (first..)
+        .zip(by_slice)
+        .map(|(k, inside)| {
             let ok = inside.iter().filter(|r| r.outcome.is_ok());
             Slice {
                 start_s: (warmup_s + k as f64 * slice_s).max(0.0),
@@ -89,7 +92,6 @@ pub fn markdown(rates: &[RateReport]) -> String {
         "| rate (req/s) | slice (s) | part | sent | not ok | underruns | TTFA p50 (ms) | TTFA p95 (ms) | TTFA max (ms) |\n",
     );
     s.push_str(&format!("|{}\n", "---:|".repeat(9)));
-    let ms = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1}"));
     for r in rates {
         for slice in &r.timeline {
             let a = slice.ttfa_ms;
@@ -103,9 +105,9 @@ pub fn markdown(rates: &[RateReport]) -> String {
                 slice.sent,
                 slice.failed,
                 slice.underruns,
-                ms(a.map(|p| p.p50)),
-                ms(a.map(|p| p.p95)),
-                ms(a.map(|p| p.max)),
+                fmt_ms(a.map(|p| p.p50)),
+                fmt_ms(a.map(|p| p.p95)),
+                fmt_ms(a.map(|p| p.max)),
             );
         }
     }
