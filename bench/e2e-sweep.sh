@@ -24,13 +24,16 @@ for _ in $(seq 1 240); do
 done
 curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-0.txt"
 for rate in ${RATES:-1 10 40}; do
+    # a rate given twice (a fresh server's run, then a warm one's) gets its own folder
+    run=$rate
+    while [ -e "$OUT/$LABEL/r$run" ]; do run="$run+"; done
     $D/qwen3-tts bench --url http://127.0.0.1:8000 --rates "$rate" --warmup "$WARMUP" \
-        --duration "$DURATION" --label "h200-$LABEL-$rate" --out "$OUT/$LABEL/r$rate" ${BENCH_ARGS:-} \
-        > "$OUT/$LABEL/bench-$rate.txt" 2>&1
+        --duration "$DURATION" --label "h200-$LABEL-$rate" --out "$OUT/$LABEL/r$run" ${BENCH_ARGS:-} \
+        > "$OUT/$LABEL/bench-$run.txt" 2>&1
     echo "rate $rate rc $?"
-    curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$rate.txt"
-    grep -E "^\| *$rate \|" "$OUT/$LABEL/r$rate/bench.md" 2>/dev/null | head -2
-    grep "tightest" "$OUT/$LABEL/bench-$rate.txt"
+    curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$run.txt"
+    grep -E "^\| *$rate \|" "$OUT/$LABEL/r$run/bench.md" 2>/dev/null | head -2
+    grep -E "tightest|p95 per" "$OUT/$LABEL/bench-$run.txt"
 done
 kill -TERM $server
 wait $server
