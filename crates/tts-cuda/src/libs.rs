@@ -152,3 +152,22 @@ pub fn present() -> (bool, bool, bool) {
         )
     }
 }
+
+/// The module loading a process gets: `CUDA_MODULE_LOADING` when the user set it, else
+/// `EAGER` (set here): every kernel of a module (ours, cuBLAS's) loads with the module,
+/// not at its first launch. CUDA's default, lazy loading, put that cost on a fresh
+/// server's first requests: on the H200 at 125 req/s its first 10 s had TTFA p95 677 ms
+/// against 220 ms eager (one fresh server each, `bench/results/2026-12-04-h200-startup`);
+/// eager opens the device ~1.4 s later. `CUDA_MODULE_LOADING=LAZY` restores the default.
+/// Call first thing in `main`,
+/// before any thread starts (it sets an environment variable) and before CUDA starts.
+pub fn prefer_eager_module_loading() -> String {
+    const VAR: &str = "CUDA_MODULE_LOADING";
+    match std::env::var(VAR) {
+        Ok(v) if !v.is_empty() => v,
+        _ => {
+            std::env::set_var(VAR, "EAGER");
+            "EAGER".into()
+        }
+    }
+}

@@ -6,6 +6,8 @@ use clap::Parser;
 use tts_server::cli;
 
 fn main() -> ExitCode {
+    // before any thread or CUDA starts
+    let module_loading = tts_cuda::libs::prefer_eager_module_loading();
     let args = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -15,6 +17,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    tracing::debug!(%module_loading, "CUDA module loading");
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
