@@ -358,7 +358,8 @@ impl CudaBackend {
         b.min(self.opts.limits.max_batch)
     }
 
-    /// Captures every bucket's graphs now (start-up), instead of at first use.
+    /// Captures every bucket's graphs now (start-up), instead of at first use, and runs the
+    /// GPU codec's pass of every frame count once ([`DevCodec::warm_up`]).
     pub fn warm_up(&mut self) -> Result<(), CudaError> {
         let t0 = std::time::Instant::now();
         let mut b = 1;
@@ -394,6 +395,15 @@ impl CudaBackend {
             secs = t0.elapsed().as_secs_f64(),
             "CUDA graphs captured"
         );
+        if let Codec::Gpu(c) = &mut self.codec {
+            let t0 = std::time::Instant::now();
+            let frame_counts = c.warm_up(&self.gpu)?;
+            tracing::info!(
+                frame_counts,
+                secs = t0.elapsed().as_secs_f64(),
+                "codec passes warmed up"
+            );
+        }
         Ok(())
     }
 

@@ -654,6 +654,57 @@ fn codec_graphs_are_captured_after_repeated_shapes() {
     }
 }
 
+/// The start-up warm-up (a pass of every frame count, on slots it resets) leaves nothing
+/// behind: no graph, no use count, every stream at position 0, and streams decoded after
+/// it (without resets) give a fresh codec's samples bit for bit.
+#[test]
+fn warm_up_leaves_no_trace() {
+    let Some(gpu) = common::open_gpu("warm_up_leaves_no_trace") else {
+        return;
+    };
+    let c = case("codec_long_w72");
+    let decode = |codec: &mut DevCodec| -> Vec<Vec<u32>> {
+        let mut out = vec![Vec::new(); 3];
+        for (a, b, d) in [(0, 5, 20), (5, 12, 21)] {
+            let rows = [
+                (0, &c.codes[a..b]),
+                (1, &c.codes[30 + a..30 + b]),
+                (2, &c.codes[d..d + 1]),
+            ];
+            let pcm = codec.decode(&gpu, &rows).expect("decode");
+            for (o, p) in out.iter_mut().zip(&pcm) {
+                o.extend(p.iter().map(|v| v.to_bits()));
+            }
+        }
+        out
+    };
+    let want = decode(&mut dev_codec(&gpu, &c.model, 3, 8));
+    let mut codec = dev_codec(&gpu, &c.model, 3, 8);
+    assert_eq!(
+        codec.warm_up(&gpu).expect("warm-up"),
+        24,
+        "3 slots x 8 frames"
+    );
+    assert_eq!(codec.captured_graphs(), 0);
+    assert_eq!(codec.last_pass(), None);
+    for slot in 0..3 {
+        assert_eq!(codec.position(slot), Some(0), "slot {slot}");
+    }
+    let got = decode(&mut codec);
+    assert_eq!(got[0].len(), 12 * codec.samples_per_frame());
+    assert!(
+        got == want,
+        "samples after the warm-up differ from a fresh codec's"
+    );
+    // use counts start again: a shape is captured after CAPTURE_AFTER_USES eager uses
+    let rows = [(0, &c.codes[..2])];
+    for use_ in 1..=CAPTURE_AFTER_USES + 1 {
+        codec.decode(&gpu, &rows).expect("decode");
+        let want = usize::from(use_ > CAPTURE_AFTER_USES);
+        assert_eq!(codec.captured_graphs(), want, "graphs after use {use_}");
+    }
+}
+
 /// Decodes `codes` in three streams of uneven chunks, all rows in one call per step (so
 /// padding frames and histories are exercised), and returns each stream's sample bits.
 fn uneven_streams_bits(gpu: &Gpu, codec: &mut DevCodec, codes: &[Frame]) -> Vec<Vec<u32>> {

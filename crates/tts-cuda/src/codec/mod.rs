@@ -379,6 +379,42 @@ impl DevCodec {
         Ok(out)
     }
 
+    /// Decodes one pass of every frame count up to the pass limit, eagerly, on slots reset
+    /// afterwards (start-up). On the H200 a fresh codec's first pass of a frame count took
+    /// 10-50 ms more than the next, whatever its rows, lazy or eager module loading alike
+    /// (`examples/codec_first_calls.rs`; the GEMMs' shapes follow the frame count, so most
+    /// likely cuBLAS setting up each new shape), and a fresh server paid that while
+    /// serving: at 125 req/s a backlog that took ~20 s to drain. Leaves no stream state,
+    /// graphs or use counts behind; returns the frame counts decoded.
+    pub fn warm_up(&mut self, gpu: &Gpu) -> Result<usize, CudaError> {
+        let graphs_on = std::mem::replace(&mut self.graphs_on, false);
+        let done = self.warm_up_passes(gpu);
+        self.graphs_on = graphs_on;
+        self.uses.clear();
+        self.last_pass = None;
+        done
+    }
+
+    fn warm_up_passes(&mut self, gpu: &Gpu) -> Result<usize, CudaError> {
+        let codes = vec![[0u32; 16]; self.piece_cap];
+        // frames_cap <= max_slots * piece_cap: every call fits the slots
+        let mut used = 0;
+        for frames in 1..=self.frames_cap {
+            let per_row = state::rows_of_one_pass(frames, self.piece_cap);
+            used = used.max(per_row.len());
+            let rows: Vec<(usize, &[Frame])> = per_row
+                .iter()
+                .enumerate()
+                .map(|(slot, &n)| (slot, &codes[..n]))
+                .collect();
+            self.decode(gpu, &rows)?;
+        }
+        for slot in 0..used {
+            self.reset_slot(gpu, slot)?;
+        }
+        Ok(self.frames_cap)
+    }
+
     /// Writes a pass's inputs, enqueues its launches and advances the slots; returns the
     /// pass's frame count (the PCM is in the `Pcm` buffer once the stream gets there).
     fn enqueue_pass(

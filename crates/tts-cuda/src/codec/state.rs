@@ -165,9 +165,33 @@ pub fn advance(book: &mut SlotBook, pieces: &[Piece]) {
     }
 }
 
+/// Frames per row of a one-pass call of `frames` frames in all: `piece_cap` a row, the
+/// rest in the last row (the warm-up's calls, one per frame count).
+pub fn rows_of_one_pass(frames: usize, piece_cap: usize) -> Vec<usize> {
+    let pc = piece_cap.max(1);
+    (0..frames.div_ceil(pc))
+        .map(|r| pc.min(frames - r * pc))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warm_up_call_is_one_pass_of_its_frames() {
+        assert_eq!(rows_of_one_pass(0, 16), Vec::<usize>::new());
+        assert_eq!(rows_of_one_pass(5, 16), vec![5]);
+        assert_eq!(rows_of_one_pass(16, 16), vec![16]);
+        assert_eq!(rows_of_one_pass(37, 16), vec![16, 16, 5]);
+        for frames in 1..=128 {
+            let rows = rows_of_one_pass(frames, 16);
+            let calls: Vec<(usize, usize)> = rows.iter().copied().enumerate().collect();
+            let passes = plan_passes(&calls, 128, 16);
+            assert_eq!(passes.len(), 1, "{frames} frames");
+            assert_eq!(passes[0].iter().map(|p| p.frames).sum::<usize>(), frames);
+        }
+    }
 
     #[test]
     fn passes_respect_caps_and_order() {
