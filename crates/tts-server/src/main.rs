@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    tracing::debug!(%module_loading, "CUDA module loading");
+    tracing::info!(%module_loading, "CUDA module loading");
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A fresh server's start-up on the H200 (run from the repository root of the device
+# machine, binaries from bench/device-build.sh carried in .device-carry/): the codec
+# warm-up's GPU test, the codec's first passes per frame count without and with the
+# warm-up (examples/codec_first_calls.rs), then one fresh server at $RATE req/s twice
+# (the second run on the server the first one warmed; timelines of 10 s slices in each
+# bench-*.txt) and the server's start-up lines. Results go to $OUT (e2e.tgz).
+set -u
+source bench/device-env.sh
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+timeout 100 $D/gpu_codec --test-threads=1 warm_up codec_graphs > "$OUT/codec.txt" 2>&1
+echo "codec rc $?"
+grep -E "^test |test result" "$OUT/codec.txt"
+for w in "" warm; do
+    echo "== first calls ${w:-cold} (module loading ${CUDA_MODULE_LOADING:-EAGER})"
+    CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER} timeout 60 $D/codec_first_calls \
+        random:1.7b $w 2>&1 | grep -v INFO | tee -a "$OUT/first_calls.txt"
+done
+P=$OUT
+OUT=/tmp/startup PACK=$P/e2e.tgz LABEL=${LABEL:-startup} RATES="${RATE:-125} ${RATE:-125}" \
+    BENCH_ARGS=--raw bash bench/e2e-sweep.sh
+grep -E "module|warmed up|graphs captured|ready device|model on the GPU" \
+    "/tmp/startup/${LABEL:-startup}/server.log" | cut -c1-200
