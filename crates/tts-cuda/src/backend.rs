@@ -359,7 +359,8 @@ impl CudaBackend {
     }
 
     /// Captures every bucket's graphs now (start-up), instead of at first use, and runs the
-    /// GPU codec's pass of every frame count once ([`DevCodec::warm_up`]).
+    /// GPU codec's pass of every frame count once ([`DevCodec::warm_up`], unless
+    /// `CudaOptions::codec_warm_up` is off).
     pub fn warm_up(&mut self) -> Result<(), CudaError> {
         let t0 = std::time::Instant::now();
         let mut b = 1;
@@ -395,7 +396,7 @@ impl CudaBackend {
             secs = t0.elapsed().as_secs_f64(),
             "CUDA graphs captured"
         );
-        if let Codec::Gpu(c) = &mut self.codec {
+        if let (true, Codec::Gpu(c)) = (self.opts.codec_warm_up, &mut self.codec) {
             let t0 = std::time::Instant::now();
             let frame_counts = c.warm_up(&self.gpu)?;
             tracing::info!(

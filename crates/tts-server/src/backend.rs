@@ -137,6 +137,8 @@ pub fn create_cuda(
         // ... with a layer's weights resident in shared memory where they fit (0: streamed)
         codec_conv_resident: on_unless_zero("QWEN3_TTS_CODEC_CONV_RESIDENT"),
         codec_precision: codec_precision_knob()?,
+        // one codec pass of every frame count at start-up (0: met while serving)
+        codec_warm_up: on_unless_zero("QWEN3_TTS_CODEC_WARM_UP"),
         // the largest buckets the persistent kernels take (0: off), and how far ahead
         // they prefetch weights
         persistent_cp_rows: rows_knob(

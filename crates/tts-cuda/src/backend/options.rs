@@ -34,6 +34,10 @@ pub struct CudaOptions {
     /// (`codec_conv_win96r`, the 96-channel residual units); off: `codec_conv_win96`,
     /// which streams them through a ring per tile.
     pub codec_conv_resident: bool,
+    /// At start-up ([`crate::CudaBackend::warm_up`]) decode one codec pass of every frame
+    /// count once (`DevCodec::warm_up`: a fresh codec's first pass of a frame count is
+    /// 10-50 ms slower than the next on the H200); off: a fresh server meets them serving.
+    pub codec_warm_up: bool,
     /// Time the linear-layer kernels on the model's shapes at start-up and route each
     /// batched shape to the fastest (`routing::autotune`); off (the default, and what the
     /// end-to-end results were measured with): the static rule.
@@ -263,6 +267,7 @@ impl Default for CudaOptions {
             codec_implicit: ImplicitConv::default(),
             codec_conv_window: true,
             codec_conv_resident: true,
+            codec_warm_up: true,
             autotune: false,
             pdl: true,
             lt_linear: false,
