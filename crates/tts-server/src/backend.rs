@@ -293,7 +293,8 @@ pub fn create_warm(
         Device::Cpu => Box::new(CpuBackend::with_fp8(model, size.max_slots, fp8_knob()?)?),
         Device::Cuda(n) => {
             let mut b = create_cuda(model, n, size)?;
-            b.warm_up().context("capturing the CUDA graphs")?;
+            b.warm_up()
+                .context("warming up the CUDA backend (graph captures, codec passes)")?;
             Box::new(b)
         }
     })
