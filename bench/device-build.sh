@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on this CPU machine, what a device call carries (`run` with carry
 # [".device-carry"]): the release server binary, the GPU test binaries (gpu_parity,
-# gpu_codec, gpu_sampling), the codec_pass and codec_first_calls examples, and the NVRTC kernel cache for the
+# gpu_codec, gpu_sampling), the codec_first_calls example (codec_pass too with
+# CODEC_PASS=1), and the NVRTC kernel cache for the
 # H200 (sm_90a, crates/tts-cuda/examples/kernel_cache.rs), packed as kcache.tgz. The
 # device scripts (device-env.sh and those that source it) unpack and use the cache, so a
 # binary does not compile its kernels first (~2 min). Needs NVRTC here, from PyPI as scripts/test-all.sh
@@ -20,14 +21,17 @@ cargo build --release -p tts-cuda --example kernel_cache --example codec_pass \
     --example codec_first_calls
 D=.device-carry
 mkdir -p "$D"
-cp target/release/qwen3-tts target/release/examples/codec_pass \
-    target/release/examples/codec_first_calls "$D/"
+cp target/release/qwen3-tts target/release/examples/codec_first_calls "$D/"
+# a carry holds 64 MiB with the tracked tree (~21 MB): codec_pass (~6 MB) only when asked
+rm -f "$D/codec_pass"
+if [ "${CODEC_PASS:-0}" = 1 ]; then cp target/release/examples/codec_pass "$D/"; fi
 for t in gpu_parity gpu_codec gpu_sampling; do
     # the newest test binary of that name (cargo keeps older hashes beside it)
     f=$(ls -t target/release/deps/"$t"-* | grep -v '\.d$' | head -1)
     cp "$f" "$D/$t"
 done
-strip "$D/qwen3-tts" "$D/codec_pass" "$D/codec_first_calls" "$D/gpu_parity" "$D/gpu_codec" "$D/gpu_sampling"
+strip "$D/qwen3-tts" "$D/codec_first_calls" "$D/gpu_parity" "$D/gpu_codec" "$D/gpu_sampling"
+if [ -e "$D/codec_pass" ]; then strip "$D/codec_pass"; fi
 cache=$(mktemp -d)
 QWEN3_TTS_CUDA_LIB_DIRS="$nvrtc_dir" QWEN3_TTS_KERNEL_CACHE="$cache/kcache" \
     ./target/release/examples/kernel_cache sm_90a
