@@ -3,7 +3,7 @@
 //! cudarc with dynamic loading (nothing CUDA is needed to build), kernels compiled by NVRTC
 //! at start-up (cached on disk), cuBLAS for large GEMMs, CUDA graphs for the talker step
 //! and the code-predictor loop per batch bucket. [`CudaBackend`] implements
-//! `tts_model::Backend` and is checked against the CPU reference (`tests/gpu_parity.rs`).
+//! `tts_model::Backend` and is checked against the CPU reference (`tests/gpu_parity/`).
 
 pub mod backend;
 pub mod bench;
