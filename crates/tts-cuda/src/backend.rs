@@ -11,13 +11,15 @@ use tts_model::backend::{
     first_free_slot, Backend, BackendInfo, CodecRow, Frame, PrefillRow, SlotId, StepRow,
 };
 use tts_model::config::NUM_CODE_GROUPS;
-use tts_model::prompt::PromptPosition;
 use tts_model::reference::codec::{CodecDecoder, CodecState};
 use tts_model::sampling::SamplingParams;
-use tts_model::{BackendError, Model};
+use tts_model::BackendError;
 
+mod inspect;
 mod merged;
 mod options;
+mod prefill_calls;
+mod startup;
 
 pub use options::{CudaOptions, MaxL1Rows, StagedGemv};
 
@@ -25,13 +27,12 @@ use crate::codec::DevCodec;
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
 use crate::lane::CpLane;
-use crate::linear::Linear;
 use crate::persistent::Persistent;
-use crate::prefill_plan::{pass_plan, passes, repeated_slot, token_bucket, PrefillJob};
-use crate::prefix::{CacheShape, PrefixCache};
-use crate::routing::{autotune, TunedShape};
-use crate::talker::{prefill, step, talker_kv, write_prefill_inputs, SampleRules};
-use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
+use crate::prefill_plan::{passes, repeated_slot, PrefillJob};
+use crate::prefix::PrefixCache;
+use crate::routing::TunedShape;
+use crate::talker::{prefill, step, SampleRules};
+use crate::weights::{DevCodePredictor, DevTalker};
 use crate::workspace::{InputLayout, Workspace};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,19 +68,6 @@ enum GraphKind {
     Prefill {
         rows: usize,
     },
-}
-
-/// One layer of each shape the model runs, for start-up tuning.
-fn tuning_layers<'a>(t: &'a DevTalker, cp: &'a DevCodePredictor) -> Vec<&'a Linear> {
-    let mut v = vec![&t.fc1, &t.fc2, &t.codec_head];
-    for s in [&t.stack, &cp.stack] {
-        if let Some(l) = s.layers.first() {
-            v.extend([&l.qkv, &l.o, &l.gate_up, &l.down]);
-        }
-    }
-    v.extend(cp.lm_heads.first());
-    v.extend(cp.projection.as_ref());
-    v
 }
 
 /// The packed per-row inputs of a `b`-row bucket: (slot, position, text token) per row,
@@ -124,231 +112,7 @@ pub struct CudaBackend {
     text_vocab: usize,
 }
 
-/// A prompt head a prefill stores in the prefix cache after its pass (one not cached yet).
-type HeadToStore<'a> = Option<&'a [PromptPosition]>;
-
 impl CudaBackend {
-    /// Loads `model` onto the GPU.
-    pub fn new(model: &Model, opts: CudaOptions) -> Result<Self, CudaError> {
-        let mut gpu = Gpu::open(opts.device)?;
-        gpu.pdl &= opts.pdl;
-        if !opts.without_kernels.is_empty() {
-            tracing::warn!(kernels = ?opts.without_kernels, "timing ablation: these kernels are never launched, every result is wrong");
-            gpu.without.clone_from(&opts.without_kernels);
-        }
-        let t0 = std::time::Instant::now();
-        let talker = DevTalker::load(&gpu, &model.config, &model.weights, opts.fp8)?;
-        let cp = DevCodePredictor::load(
-            &gpu,
-            &model.config,
-            &model.weights,
-            &talker,
-            (opts.fp8, opts.cp_qkv_table),
-        )?;
-        if opts.l2_persist_cp {
-            let bytes = cp.stack.layer_bytes();
-            let kept = gpu.reserve_l2_for(bytes)?;
-            tracing::info!(
-                l2_bytes = kept,
-                layer_bytes = bytes,
-                ratio = gpu.l2_persist_ratio,
-                "code-predictor weights kept in L2 in part"
-            );
-        }
-        let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
-        ws.scratch.paths.cluster &= opts.cluster_linear;
-        ws.scratch.paths.tile &= opts.tile_linear;
-        ws.scratch.paths.tile_wg &= opts.tile_wgmma;
-        ws.scratch.paths.wide &= opts.wide_linear;
-        ws.scratch.paths.chain_split &= opts.chain_split;
-        ws.scratch.paths.chain_attention = opts.chain_attention;
-        ws.scratch.paths.chain_tile = opts.chain_tile;
-        ws.scratch.paths.chain_gemv = opts.chain_gemv;
-        ws.scratch.paths.group_attention = opts.group_attention;
-        ws.scratch.paths.row_attention_rows = opts.row_attention_rows;
-        ws.scratch.paths.row_attention_split = opts.row_attention_split;
-        // Persistent kernels only when asked for (built, they would hold device memory).
-        let adopt = |stage: &str, rows: usize, built: Result<Persistent, String>| match built {
-            Ok(p) => Some(p.up_to(rows)),
-            Err(why) => {
-                tracing::info!(%why, "{stage} runs launch by launch");
-                None
-            }
-        };
-        let cp_loop = match opts.persistent_cp_rows {
-            0 => None,
-            rows => adopt(
-                "code predictor",
-                rows,
-                Persistent::code_predictor(&gpu, &cp, &ws, opts.cp_prefetch)?,
-            ),
-        };
-        let talker_layers = match opts.persistent_talker_rows {
-            0 => None,
-            rows => adopt(
-                "talker step",
-                rows,
-                Persistent::talker(&gpu, &talker, &ws, opts.talker_prefetch)?,
-            ),
-        };
-        // cuBLASLt first: the routing below times the cuBLAS path as it will then run
-        let lt_tuning = match &gpu.lt {
-            Some(_) if opts.lt_linear => {
-                let t0 = std::time::Instant::now();
-                let shapes: Vec<_> = tuning_layers(&talker, &cp)
-                    .iter()
-                    .map(|l| (l.n, l.k, l.w.ptr))
-                    .collect();
-                let s = &ws.scratch;
-                let tuned = crate::lt::tune(
-                    &gpu,
-                    &shapes,
-                    (s.xb.ptr, s.xb.len),
-                    (s.acc.ptr, s.acc.len),
-                    5,
-                )?;
-                for t in &tuned {
-                    tracing::debug!(n = t.n, k = t.k, cols = t.cols, gemm_ex_us = t.gemm_ex_us, lt_us = ?t.best_lt_us, kept = t.kept, "cuBLASLt tuning");
-                }
-                tracing::info!(
-                    shapes = tuned.len(),
-                    kept = tuned.iter().filter(|t| t.kept).count(),
-                    ms = t0.elapsed().as_secs_f64() * 1e3,
-                    "cuBLASLt algorithms tuned"
-                );
-                tuned
-            }
-            Some(lt) => {
-                lt.set_enabled(false);
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
-        let tuning = if opts.autotune {
-            let t0 = std::time::Instant::now();
-            let tuned = autotune(&gpu, &tuning_layers(&talker, &cp), &mut ws.scratch, 10)?;
-            for t in &tuned {
-                tracing::debug!(n = t.n, k = t.k, rows = t.rows, chosen = ?t.chosen, timings = ?t.timings, "linear routing");
-            }
-            tracing::info!(
-                shapes = tuned.len(),
-                ms = t0.elapsed().as_secs_f64() * 1e3,
-                "linear layers routed by measurement"
-            );
-            tuned
-        } else {
-            Vec::new()
-        };
-        let codec = if opts.gpu_codec {
-            let w = tts_model::weights::CodecW::load(
-                &model.codec,
-                &mut HostLoader(&model.codec_weights),
-            )?;
-            let mut c = DevCodec::new(
-                &gpu,
-                &model.codec,
-                w,
-                opts.limits.max_slots,
-                opts.codec_frames_per_call,
-            )?;
-            c.set_precision(&gpu, opts.codec_precision)?;
-            c.set_small_gemv(opts.codec_small_gemv);
-            c.set_implicit_conv(opts.codec_implicit);
-            c.set_conv_window(opts.codec_conv_window);
-            c.set_conv_resident(opts.codec_conv_resident);
-            Codec::Gpu(Box::new(c))
-        } else {
-            Codec::Cpu(
-                Box::new(tts_model::reference::load_codec(model)?),
-                HashMap::new(),
-            )
-        };
-        let lane = if opts.side_by_side && cp_loop.is_none() {
-            Some(CpLane::new(
-                opts.device,
-                (
-                    gpu.pdl,
-                    opts.max_l1_rows.code_predictor,
-                    (opts.staged_gemv.code_predictor, opts.staged_mma_rows),
-                ),
-                &model.config,
-                opts.limits,
-                &ws.scratch.paths,
-                opts.graphs,
-            )?)
-        } else {
-            None
-        };
-        gpu.sync()?;
-        tracing::info!(
-            secs = t0.elapsed().as_secs_f64(),
-            workspace_mb = ws.bytes() >> 20,
-            pdl = gpu.pdl,
-            "model on the GPU"
-        );
-        let t = &model.config.talker;
-        let prefix = PrefixCache::new(
-            opts.prefix_cache,
-            talker_kv(&ws),
-            CacheShape {
-                layers: talker.stack.layers.len(),
-                row_bytes: talker.stack.dims.kv_dim() * ws.kv_elem,
-            },
-        );
-        let info = BackendInfo {
-            name: model.name.clone(),
-            device: format!("cuda:{} ({})", opts.device, gpu.name),
-            sample_rate: model.sample_rate(),
-            samples_per_frame: model.samples_per_frame(),
-            codec_eos: t.codec_eos_token_id,
-            tts_pad_token_id: model.config.tts_pad_token_id,
-            max_slots: opts.limits.max_slots,
-            max_positions: opts.limits.max_positions,
-        };
-        Ok(Self {
-            gpu,
-            talker,
-            cp,
-            ws,
-            codec,
-            rules: SampleRules {
-                eos: t.codec_eos_token_id as i32,
-                suppress_from: t.vocab_size.saturating_sub(1024) as i32,
-                min_new: 2,
-            },
-            info,
-            cp_loop,
-            talker_layers,
-            lane,
-            slots: (0..opts.limits.max_slots).map(|_| None).collect(),
-            graphs: HashMap::new(),
-            prefix,
-            opts,
-            text_vocab: t.text_vocab_size,
-            tuning,
-            lt_tuning,
-        })
-    }
-
-    /// Prefix cache (hits, misses, heads held) since start-up.
-    pub fn prefix_stats(&self) -> (u64, u64, usize) {
-        (self.prefix.hits, self.prefix.misses, self.prefix.len())
-    }
-
-    /// What start-up tuning measured and chose for each batched layer shape.
-    pub fn tuning(&self) -> &[TunedShape] {
-        &self.tuning
-    }
-
-    /// What the start-up cuBLASLt tuning measured and kept.
-    pub fn lt_tuning(&self) -> &[crate::lt::LtTuned] {
-        &self.lt_tuning
-    }
-
-    pub fn gpu(&self) -> &Gpu {
-        &self.gpu
-    }
-
     /// The batch bucket for `n` rows.
     pub fn bucket(&self, n: usize) -> usize {
         let mut b = 1;
@@ -356,185 +120,6 @@ impl CudaBackend {
             b *= 2;
         }
         b.min(self.opts.limits.max_batch)
-    }
-
-    /// Captures every bucket's graphs now (start-up), instead of at first use, and runs the
-    /// GPU codec's pass of every frame count once ([`DevCodec::warm_up`], unless
-    /// `CudaOptions::codec_warm_up` is off).
-    pub fn warm_up(&mut self) -> Result<(), CudaError> {
-        let t0 = std::time::Instant::now();
-        let mut b = 1;
-        while b <= self.opts.limits.max_batch {
-            for kind in [GraphKind::TalkerStep, GraphKind::CodePredictor] {
-                self.graph(kind, b)?;
-            }
-            let state = self.ws.slot_buffers();
-            if let Some(lane) = &mut self.lane {
-                lane.prepare(&self.talker, &self.cp, state, b)?;
-            }
-            b *= 2;
-        }
-        // Prefill buckets: (rows, tokens), tokens 16 and up by powers of two (at least the
-        // rows); one row also takes a single position (a prefill after a cached head).
-        // Batched prefill passes have up to `max_batch` rows: captured at first use, their
-        // graphs stalled the first seconds of serving (H200, 51 late streams in 3.6 s).
-        self.graph(GraphKind::Prefill { rows: 1 }, 1)?;
-        let mut rows = 1;
-        while rows <= self.opts.limits.max_batch {
-            let mut t = token_bucket(rows.max(2));
-            while t <= self.opts.limits.max_prefill_tokens {
-                self.graph(GraphKind::Prefill { rows }, t)?;
-                t *= 2;
-            }
-            if !self.opts.batched_prefill {
-                break;
-            }
-            rows *= 2;
-        }
-        tracing::info!(
-            graphs = self.graphs.len(),
-            secs = t0.elapsed().as_secs_f64(),
-            "CUDA graphs captured"
-        );
-        if let (true, Codec::Gpu(c)) = (self.opts.codec_warm_up, &mut self.codec) {
-            let t0 = std::time::Instant::now();
-            let frame_counts = c.warm_up(&self.gpu)?;
-            tracing::info!(
-                frame_counts,
-                secs = t0.elapsed().as_secs_f64(),
-                "codec passes warmed up"
-            );
-        }
-        Ok(())
-    }
-
-    /// Checks one prefill row and restores its cached prompt head (when there is one):
-    /// the tokens it still needs, and the head to store after its pass (a head not cached
-    /// yet).
-    fn prefill_job<'a>(
-        &mut self,
-        r: &PrefillRow<'a>,
-    ) -> Result<(PrefillJob, HeadToStore<'a>), BackendError> {
-        let max_tokens = self.opts.limits.max_prefill_tokens;
-        let cap = self.info.max_positions;
-        let text_vocab = self.text_vocab;
-        let n = r.prompt.positions.len();
-        if n == 0 {
-            return Err(BackendError::SlotState {
-                slot: r.slot.0,
-                message: "an empty prompt has nothing to prefill".into(),
-            });
-        }
-        let st = self.slot(r.slot)?;
-        if st.stage != Stage::Fresh {
-            return Err(BackendError::SlotState {
-                slot: r.slot.0,
-                message: "already prefilled".into(),
-            });
-        }
-        if n > max_tokens || st.len + n > cap {
-            return Err(BackendError::ContextFull {
-                slot: r.slot.0,
-                capacity: max_tokens.min(cap),
-            });
-        }
-        let start = st.len;
-        // A fresh slot whose prompt head was prefilled before gets that head's cache
-        // rows and prefills only the rest (at least the last position, whose output
-        // samples code 0).
-        let head = r.prompt.head_len.min(n - 1);
-        let heads = &r.prompt.positions[..head];
-        let mut text = Vec::with_capacity(n);
-        let mut codec = Vec::with_capacity(n);
-        for p in &r.prompt.positions {
-            let t =
-                p.text
-                    .filter(|&t| (t as usize) < text_vocab)
-                    .ok_or(BackendError::SlotState {
-                        slot: r.slot.0,
-                        message: "every prompt position needs an in-range text token".into(),
-                    })?;
-            text.push(t as i32);
-            codec.push(p.codec.map_or(-1, |c| c as i32));
-        }
-        let cached = start == 0
-            && head > 0
-            && self.prefix.enabled()
-            && self.prefix.restore(&self.gpu, heads, r.slot.0 as usize)?;
-        let skip = if cached { head } else { 0 };
-        let store = (start == 0 && head > 0 && !cached).then_some(heads);
-        let job = PrefillJob {
-            slot: r.slot.0 as i32,
-            start: start + skip,
-            text: text.split_off(skip),
-            codec: codec.split_off(skip),
-        };
-        Ok((job, store))
-    }
-
-    /// Every row of a prefill call checked (and its cached head restored) before any pass
-    /// runs: each row's job, and the head to store after its pass.
-    fn prefill_jobs<'a>(
-        &mut self,
-        rows: &[PrefillRow<'a>],
-    ) -> Result<(Vec<PrefillJob>, Vec<HeadToStore<'a>>), BackendError> {
-        let slots: Vec<u32> = rows.iter().map(|r| r.slot.0).collect();
-        if let Some(slot) = repeated_slot(&slots) {
-            return Err(BackendError::SlotState {
-                slot,
-                message: "the same slot twice in one prefill call".into(),
-            });
-        }
-        let mut jobs = Vec::with_capacity(rows.len());
-        let mut stores = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (job, store) = self.prefill_job(r)?;
-            jobs.push(job);
-            stores.push(store);
-        }
-        Ok((jobs, stores))
-    }
-
-    /// A prefilled row's slot after its pass: its new prompt head stored in the prefix
-    /// cache, its length and its code 0.
-    fn finish_prefill(
-        &mut self,
-        r: &PrefillRow<'_>,
-        store: HeadToStore<'_>,
-        code: u32,
-    ) -> Result<(), BackendError> {
-        if let Some(head) = store {
-            self.prefix.store(&self.gpu, head, r.slot.0 as usize)?;
-        }
-        let st = self.slot(r.slot)?;
-        st.len += r.prompt.positions.len();
-        st.stage = Stage::Code0(code);
-        Ok(())
-    }
-
-    /// One prefill pass over `jobs` (their tokens in one launch sequence, replayed from the
-    /// graph of its token and row buckets when graphs are on): each row's code 0.
-    fn prefill_pass(&mut self, jobs: &[PrefillJob]) -> Result<Vec<u32>, CudaError> {
-        let limits = self.opts.limits;
-        let n: usize = jobs.iter().map(PrefillJob::tokens).sum();
-        // `passes` keeps a pass within the largest batch, so its row bucket holds it
-        let (tokens, rows) = (token_bucket(n), self.bucket(jobs.len()));
-        debug_assert!(rows >= jobs.len());
-        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens;
-        let pad = self.info.tts_pad_token_id as i32;
-        let plan = pass_plan(jobs, pad, padded.then_some((tokens, rows)));
-        let kind = GraphKind::Prefill { rows };
-        if padded {
-            self.graph(kind, tokens)?;
-        }
-        write_prefill_inputs(&self.gpu, &mut self.ws, &plan)?;
-        if padded {
-            self.run(kind, tokens)?;
-        } else {
-            prefill(&self.gpu, &self.talker, &self.ws, n, jobs.len(), self.rules)?;
-        }
-        let codes = self.gpu.read(&self.ws.codes, jobs.len())?;
-        Ok(codes.into_iter().map(|c| c as u32).collect())
     }
 
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {
@@ -639,74 +224,6 @@ impl CudaBackend {
             }
         }
         Ok(())
-    }
-
-    /// One traced launch of the persistent talker layers (`talker`) or code-predictor loop
-    /// for `n` rows, on the inputs last written (benchmarks); None when that stage runs
-    /// launch by launch.
-    pub fn trace_persistent(
-        &mut self,
-        talker: bool,
-        n: usize,
-    ) -> Result<Option<Vec<crate::persistent::PhaseStat>>, CudaError> {
-        let b = self.bucket(n);
-        let khz =
-            f64::from(self.gpu.ctx.attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
-            )?);
-        let p = if talker {
-            self.talker_layers.as_mut()
-        } else {
-            self.cp_loop.as_mut()
-        };
-        match p {
-            Some(p) if b <= p.max_rows() => p.trace(&self.gpu, b, khz).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// The device and the GPU codec (none when audio is decoded on the CPU).
-    pub(crate) fn gpu_codec_mut(&mut self) -> Option<(&Gpu, &mut DevCodec)> {
-        match &mut self.codec {
-            Codec::Gpu(c) => Some((&self.gpu, c)),
-            Codec::Cpu(..) => None,
-        }
-    }
-
-    /// Whether audio is decoded on the GPU.
-    pub fn gpu_codec(&self) -> bool {
-        !matches!(self.codec, Codec::Cpu(..))
-    }
-
-    /// Bytes of weights one talker step and one code-predictor loop read (once each).
-    pub fn weight_bytes(&self) -> (u64, u64) {
-        let lin = |l: &Linear| l.bf16_bytes() as u64;
-        let stack = |s: &crate::weights::DevStack| s.layer_bytes() as u64;
-        let t = stack(&self.talker.stack)
-            + lin(&self.talker.codec_head)
-            + lin(&self.talker.fc1)
-            + lin(&self.talker.fc2);
-        let per_step = stack(&self.cp.stack);
-        let heads: u64 = self.cp.lm_heads.iter().map(lin).sum();
-        let proj = self.cp.projection.as_ref().map_or(0, lin);
-        (t, 15 * per_step + heads + proj)
-    }
-
-    /// Replays (or enqueues) the talker-step or code-predictor work of bucket `b` with the
-    /// inputs as last written; no host sync. For benchmarks.
-    pub fn replay(&mut self, talker: bool, b: usize) -> Result<(), CudaError> {
-        let kind = if talker {
-            GraphKind::TalkerStep
-        } else {
-            GraphKind::CodePredictor
-        };
-        self.run(kind, b)
-    }
-
-    /// The first `rows` rows of the last logits computed (talker: `[rows][3072]` after a
-    /// prefill or step; code predictor: its last head). For parity tests.
-    pub fn debug_logits(&self, rows: usize, width: usize) -> Result<Vec<f32>, CudaError> {
-        self.gpu.read(&self.ws.logits, rows * width)
     }
 
     /// Every slot of a code-predictor call holds a code 0 that is not EOS.
@@ -1020,33 +537,5 @@ impl Backend for CudaBackend {
                 Ok(out)
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{MaxL1Rows, StagedGemv};
-
-    #[test]
-    fn max_l1_rows_parse_one_number_or_a_pair() {
-        let both: MaxL1Rows = "6".parse().expect("one number");
-        assert_eq!((both.talker, both.code_predictor), (6, 6));
-        let pair: MaxL1Rows = " 2, 16".parse().expect("a pair");
-        assert_eq!((pair.talker, pair.code_predictor), (2, 16));
-        assert!("four".parse::<MaxL1Rows>().is_err());
-        assert!("1,x".parse::<MaxL1Rows>().is_err());
-    }
-
-    #[test]
-    fn staged_gemv_parses_each_choice() {
-        let pick = |s: &str| {
-            let v: StagedGemv = s.parse().expect(s);
-            (v.talker, v.code_predictor)
-        };
-        assert_eq!(pick("0"), (false, false));
-        assert_eq!(pick("cp"), (false, true));
-        assert_eq!(pick(" talker "), (true, false));
-        assert_eq!(pick("1"), (true, true));
-        assert!("yes".parse::<StagedGemv>().is_err());
     }
 }

@@ -300,3 +300,31 @@ impl Default for CudaOptions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{MaxL1Rows, StagedGemv};
+
+    #[test]
+    fn max_l1_rows_parse_one_number_or_a_pair() {
+        let both: MaxL1Rows = "6".parse().expect("one number");
+        assert_eq!((both.talker, both.code_predictor), (6, 6));
+        let pair: MaxL1Rows = " 2, 16".parse().expect("a pair");
+        assert_eq!((pair.talker, pair.code_predictor), (2, 16));
+        assert!("four".parse::<MaxL1Rows>().is_err());
+        assert!("1,x".parse::<MaxL1Rows>().is_err());
+    }
+
+    #[test]
+    fn staged_gemv_parses_each_choice() {
+        let pick = |s: &str| {
+            let v: StagedGemv = s.parse().expect(s);
+            (v.talker, v.code_predictor)
+        };
+        assert_eq!(pick("0"), (false, false));
+        assert_eq!(pick("cp"), (false, true));
+        assert_eq!(pick(" talker "), (true, false));
+        assert_eq!(pick("1"), (true, true));
+        assert!("yes".parse::<StagedGemv>().is_err());
+    }
+}
