@@ -12,6 +12,7 @@
 //! one `to_bf16_rows` launch fewer).
 
 mod norm_chain;
+mod staged;
 mod tile;
 
 use std::cell::Cell;
@@ -25,6 +26,11 @@ pub use crate::routing::{
     GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
 use norm_chain::{NormChain, NormRows};
+use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
+pub use staged::{
+    staged_mma_plan, staged_mma_smem, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_KERNELS,
+    STAGED_MMA_MAX_SMEM,
+};
 pub use tile::{tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
@@ -632,118 +638,6 @@ fn gemv_ksplit(n: usize) -> usize {
     }
 }
 
-/// Most bytes of weights a `gemv_staged.cu` block holds: two such blocks (consecutive
-/// launches) fit one H200 multiprocessor's 227 KiB.
-pub const STAGED_MAX_SMEM: usize = 96 << 10;
-
-/// How `gemv_staged_m1` covers an `n × k` layer: `blocks` blocks of `rows_per_block`
-/// weight rows, `smem` bytes of shared memory each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StagedPlan {
-    pub rows_per_block: usize,
-    pub blocks: usize,
-    pub smem: usize,
-}
-
-/// The staged GEMV's cover of an `n × k` layer on `sms` multiprocessors (row pairs spread
-/// evenly, at most one block each), or None when it does not fit `gemv_staged.cu`'s
-/// limits: `STAGED_MAX_SMEM`, at most 64 (row pair, K part) tasks a block (and so at most
-/// 128 rows: one storing thread each), at most four 256-wide K steps per K part, `k` a
-/// multiple of 8.
-pub fn staged_plan(n: usize, k: usize, sms: usize) -> Option<StagedPlan> {
-    if n == 0 || k == 0 || !k.is_multiple_of(8) || sms == 0 {
-        return None;
-    }
-    let pairs = n.div_ceil(2);
-    let pairs_per_block = pairs.div_ceil(sms);
-    let rows_per_block = 2 * pairs_per_block;
-    let smem = rows_per_block * k * 2;
-    let ksplit = gemv_ksplit(n);
-    let steps_per_part = k.div_ceil(256).div_ceil(ksplit);
-    let tasks = pairs_per_block * ksplit;
-    (smem <= STAGED_MAX_SMEM && tasks <= 64 && steps_per_part <= 4).then(|| StagedPlan {
-        rows_per_block,
-        blocks: pairs.div_ceil(pairs_per_block),
-        smem,
-    })
-}
-
-/// Bytes of shared memory a `mma_staged.cu` block may take: its weight tile and its sums,
-/// with two such blocks (consecutive launches) on one H200 multiprocessor (228 KiB, 1 KiB
-/// of each block's reserved by the system).
-pub const STAGED_MMA_MAX_SMEM: usize = 113 << 10;
-
-/// `mma_staged.cu`'s entry points: (name, row tiles of 8 per group of rows).
-pub const STAGED_MMA_KERNELS: [(&str, usize); 3] = [
-    ("mma_staged_t1", 1),
-    ("mma_staged_t2", 2),
-    ("mma_staged_t4", 4),
-];
-
-/// Most m16 row tiles a `mma_staged.cu` block owns (`MS_MAX_RT`).
-const STAGED_MMA_MAX_TILES: usize = 3;
-
-/// `mma_staged.cu`'s entry for `m` rows: (name, row tiles of 8 per group).
-fn staged_mma_kernel(m: usize) -> (&'static str, usize) {
-    match m {
-        0..=8 => STAGED_MMA_KERNELS[0],
-        9..=16 => STAGED_MMA_KERNELS[1],
-        _ => STAGED_MMA_KERNELS[2],
-    }
-}
-
-/// Bytes of shared memory a `mma_staged.cu` block of `rows_per_block` weight rows of width
-/// `k` takes with `mt` row tiles per group: the tile, the norm gains (`norm`), the 8 warps'
-/// partial sums of up to two row tiles of one m16 tile, one norm factor per group row.
-pub const fn staged_mma_smem(rows_per_block: usize, k: usize, mt: usize, norm: bool) -> usize {
-    let gains = if norm { k * 4 } else { 0 };
-    let rh = if mt < 2 { mt } else { 2 };
-    rows_per_block * k * 2 + gains + 8 * rh * 4 * 32 * 4 + 8 * mt * 4
-}
-
-/// How `mma_staged.cu` covers an `n × k` layer for `m` rows (`norm`: with the fused
-/// RMSNorm) on `sms` multiprocessors: at most one block each, of a multiple of 16 weight
-/// rows (at most 48); or None when the shape does not fit (`k` a multiple of 64, `n`
-/// even, shared memory within [`STAGED_MMA_MAX_SMEM`]).
-pub fn staged_mma_plan(n: usize, k: usize, m: usize, norm: bool, sms: usize) -> Option<StagedPlan> {
-    if n == 0 || k == 0 || m == 0 || !k.is_multiple_of(64) || !n.is_multiple_of(2) || sms == 0 {
-        return None;
-    }
-    let rows_per_block = 16 * n.div_ceil(16 * sms);
-    let smem = staged_mma_smem(rows_per_block, k, staged_mma_kernel(m).1, norm);
-    (rows_per_block <= 16 * STAGED_MMA_MAX_TILES && smem <= STAGED_MMA_MAX_SMEM).then(|| {
-        StagedPlan {
-            rows_per_block,
-            blocks: n.div_ceil(rows_per_block),
-            smem,
-        }
-    })
-}
-
-/// The staged MMA's plan for `x` over an `n × k` layer (`norm`: with the fused RMSNorm)
-/// when the call takes it: two rows or more, enqueued in `SmallCall::StagedMma`, rows
-/// that 16-byte loads can read, a shape that fits.
-fn staged_mma_call(gpu: &Gpu, x: Rows, n: usize, k: usize, norm: bool) -> Option<StagedPlan> {
-    (x.count >= 2 && x.quad_aligned() && gpu.staged_mma())
-        .then(|| staged_mma_plan(n, k, x.count, norm, gpu.sm_count as usize))
-        .flatten()
-}
-
-/// One launch of `mma_staged.cu`.
-fn staged_mma(gpu: &Gpu, l: &Linear, c: &RowCall, p: StagedPlan) -> Result<(), CudaError> {
-    let mut args = row_kernel_args(l, c).to_vec();
-    args.push(Arg::I(p.rows_per_block as i32));
-    gpu.launch_reading(
-        (l.w.ptr, l.bf16_bytes()),
-        staged_mma_kernel(c.x.count).0,
-        (p.blocks as u32, 1, 1),
-        256,
-        p.smem as u32,
-        None,
-        &args,
-    )
-}
-
 /// Which of a GEMV's four row templates (1, 2, 4, 8 rows: index 0..=3) takes `rows`
 /// (1..=8) rows: `gemv.cu`'s and `codec_gemv.cu`'s entry points alike.
 pub(crate) fn gemv_bucket(rows: usize) -> usize {
@@ -753,15 +647,6 @@ pub(crate) fn gemv_bucket(rows: usize) -> usize {
         3 | 4 => 2,
         _ => 3,
     }
-}
-
-/// The staged GEMV's plan for one row over an `n × k` layer, when the call takes it: the
-/// stage enqueues staged calls (`SmallCall::Staged`), the bf16 weights are streamed (not
-/// FP8 `codes`) and the shape fits.
-fn staged_gemv_plan(gpu: &Gpu, n: usize, k: usize, codes: bool) -> Option<StagedPlan> {
-    (!codes && gpu.staged_gemv())
-        .then(|| staged_plan(n, k, gpu.sm_count as usize))
-        .flatten()
 }
 
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
@@ -826,136 +711,4 @@ fn gemv(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{staged_mma_plan, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_MAX_SMEM};
-    use super::{Rows, SplitRows};
-
-    /// Split rows a call may take instead of converting its own: the same rows, width and
-    /// norm; rows in the second buffer or with the norm deferred only on `tile_wg.cu`.
-    #[test]
-    fn split_rows_are_reused_only_where_their_reader_can_take_them() {
-        let x = Rows {
-            ptr: 0x1000,
-            ld: 1024,
-            count: 20,
-        };
-        let norm = (0x2000, 1e-6);
-        let want = SplitRows::new(x, 1024, norm);
-        // converted rows (buffer 0, norm applied): any path
-        for tile_wg in [false, true] {
-            assert_eq!(SplitRows::usable(Some(want), want, tile_wg), Some(want));
-            assert_eq!(SplitRows::usable(None, want, tile_wg), None);
-        }
-        // a tile_wg.cu epilogue's rows: the other buffer, the norm deferred
-        let chained = SplitRows {
-            buf: 1,
-            deferred: true,
-            ..want
-        };
-        assert_eq!(SplitRows::usable(Some(chained), want, true), Some(chained));
-        assert_eq!(SplitRows::usable(Some(chained), want, false), None);
-        let other_buffer = SplitRows { buf: 1, ..want };
-        assert_eq!(SplitRows::usable(Some(other_buffer), want, false), None);
-        let deferred = SplitRows {
-            deferred: true,
-            ..want
-        };
-        assert_eq!(SplitRows::usable(Some(deferred), want, false), None);
-        // other rows, width or norm: never
-        let moved = Rows { ptr: 0x3000, ..x };
-        for other in [
-            SplitRows::new(moved, 1024, norm),
-            SplitRows::new(x, 2048, norm),
-            SplitRows::new(x, 1024, (0x4000, 1e-6)),
-            SplitRows::new(x, 1024, (0, 0.0)),
-        ] {
-            assert_eq!(SplitRows::usable(Some(other), want, true), None);
-        }
-    }
-
-    /// On the H200's 132 multiprocessors the staged MMA takes every code-predictor matrix
-    /// of the 1.7B geometry at every row count (the widest, gate/up, with 48 rows a block
-    /// and the largest groups: two blocks still fit a multiprocessor), and no talker
-    /// matrix but the O projection.
-    #[test]
-    fn staged_mma_plan_covers_the_code_predictor() {
-        let sms = 132;
-        for m in [2, 8, 9, 16, 17, 128, 256] {
-            let p = staged_mma_plan(6144, 1024, m, true, sms).expect("gate/up");
-            assert_eq!(
-                (p.rows_per_block, p.blocks),
-                (48, 128),
-                "gate/up at {m} rows"
-            );
-            assert!(2 * (p.smem + 1024) <= 228 << 10, "{p:?}");
-            // (qkv and head with the norm, O and down without, as in the stack)
-            for (n, k, rows, norm) in [
-                (4096, 1024, 32, true),
-                (1024, 2048, 16, false),
-                (1024, 3072, 16, false),
-                (2048, 1024, 16, true),
-            ] {
-                let p = staged_mma_plan(n, k, m, norm, sms).unwrap_or_else(|| panic!("{n}x{k}"));
-                assert_eq!(p.rows_per_block, rows, "{n}x{k}");
-                assert!(p.blocks <= sms && p.blocks * rows >= n, "{n}x{k}: {p:?}");
-                assert!(p.smem <= STAGED_MMA_MAX_SMEM, "{n}x{k}: {p:?}");
-            }
-        }
-        assert!(
-            staged_mma_plan(2048, 2048, 16, false, sms).is_some(),
-            "talker O"
-        );
-        for (n, k) in [(4096, 2048), (12288, 2048), (2048, 6144), (3072, 2048)] {
-            let p = staged_mma_plan(n, k, 16, true, sms);
-            assert_eq!(p, None, "{n}x{k} should not fit");
-        }
-        // K not a multiple of 64, an odd N; down with a norm (its gains do not fit)
-        assert_eq!(staged_mma_plan(1024, 1000, 4, false, sms), None);
-        assert_eq!(staged_mma_plan(1023, 1024, 4, false, sms), None);
-        assert_eq!(staged_mma_plan(1024, 3072, 32, true, sms), None);
-    }
-
-    /// On the H200's 132 multiprocessors the staged GEMV takes every code-predictor matrix
-    /// of the 1.7B geometry, the talker's O projection and head, and none of the talker's
-    /// QKV, gate/up or down projections (tiles over `STAGED_MAX_SMEM`).
-    #[test]
-    fn staged_plan_covers_the_layers_it_fits() {
-        let sms = 132;
-        assert_eq!(
-            staged_plan(6144, 1024, sms),
-            Some(StagedPlan {
-                rows_per_block: 48,
-                blocks: 128,
-                smem: 96 << 10
-            })
-        );
-        for (n, k) in [
-            (4096, 1024),
-            (1024, 2048),
-            (1024, 3072),
-            (2048, 1024),
-            (2048, 2048),
-            (3072, 2048),
-        ] {
-            let p = staged_plan(n, k, sms).unwrap_or_else(|| panic!("{n}x{k} should fit"));
-            assert!(
-                p.smem <= STAGED_MAX_SMEM && p.blocks <= sms,
-                "{n}x{k}: {p:?}"
-            );
-            assert!(
-                p.blocks * p.rows_per_block >= n,
-                "{n}x{k}: {p:?} leaves rows out"
-            );
-            assert!(
-                (p.blocks - 1) * p.rows_per_block < n,
-                "{n}x{k}: {p:?} has an empty block"
-            );
-        }
-        for (n, k) in [(4096, 2048), (12288, 2048), (2048, 6144), (1000, 1001)] {
-            assert_eq!(staged_plan(n, k, sms), None, "{n}x{k} should not fit");
-        }
-        // an odd row count: the last block holds the one row left
-        let p = staged_plan(1001, 1000, sms).expect("1001x1000");
-        assert_eq!((p.rows_per_block, p.blocks), (8, 126));
-    }
-}
+mod tests;
