@@ -299,3 +299,39 @@ pub fn create_warm(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every `QWEN3_TTS_*` variable this file reads is listed in `docs/cuda-knobs.md`.
+    #[test]
+    fn every_knob_read_here_is_documented() {
+        let source = include_str!("backend.rs");
+        let doc = include_str!("../../../docs/cuda-knobs.md");
+        let mut names: Vec<&str> = source
+            .match_indices("\"QWEN3_TTS_")
+            .map(|(i, _)| {
+                let rest = &source[i + 1..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() > 30, "found only {names:?}");
+        let missing: Vec<_> = names
+            .iter()
+            .filter(|n| {
+                // named in code (a backtick before it), not as the start of a longer name
+                !doc.match_indices(&format!("`{n}")).any(|(i, m)| {
+                    doc[i + m.len()..]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+                })
+            })
+            .collect();
+        assert!(missing.is_empty(), "not in docs/cuda-knobs.md: {missing:?}");
+    }
+}
