@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, and every test (unit, fixture parity, engine,
+# The whole test suite: formatting, lints, API docs, and every test (unit, fixture parity, engine,
 # server, kernel compilation). GPU tests skip themselves (and say so) without a GPU.
 #
 # Installs what a fresh machine lacks:
@@ -41,4 +41,6 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# the API docs build without broken or private links
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 cargo test --workspace

@@ -84,7 +84,7 @@ pub const TILE_K: usize = 64;
 const TILE_BLOCKS: usize = 128;
 
 /// K splits of `tile.cu` (blocks per cluster) for an `n × k` weight: the fewest of 1, 2,
-/// 4, 8 that give at least [`TILE_BLOCKS`] blocks of [`TILE_N`] outputs with whole
+/// 4, 8 that give at least `TILE_BLOCKS` blocks of [`TILE_N`] outputs with whole
 /// [`TILE_K`] tiles, else the most that keep whole tiles. Depends on the shape only, so a
 /// row's sums never depend on the batch. `None`: the kernel cannot take the shape.
 pub fn tile_split(n: usize, k: usize) -> Option<usize> {
@@ -110,7 +110,7 @@ const WIDE_BLOCKS: usize = 192;
 
 /// `wide.cu`'s K slices S for an `n × k` weight. A block owns [`WIDE_N`] outputs and a K
 /// slice of `k / S` (the S blocks of an output tile form a cluster): the fewest of 1, 2, 4,
-/// 8 slices that give [`WIDE_BLOCKS`] blocks with slices of at least 128 (a multiple of
+/// 8 slices that give `WIDE_BLOCKS` blocks with slices of at least 128 (a multiple of
 /// 32), else the most that keep 128. Depends on the shape only, so a row's sums never
 /// depend on the batch. `None`: the kernel cannot take the shape.
 pub fn wide_split(n: usize, k: usize) -> Option<usize> {

@@ -202,7 +202,7 @@ pub struct DevCodePredictor {
     pub folded_code0: Option<DBuf<f32>>,
     /// With a projection, when asked for: the first layer's QKV projection (input norm
     /// applied) of every input row of steps 1..14, `qkv(norm(folded[j][c]))` for j < 14,
-    /// f32 `[14][vocab][qkv n]` ([`qkv_table`]); the sampler copies a row's into place and
+    /// f32 `[14][vocab][qkv n]` (`qkv_table`); the sampler copies a row's into place and
     /// those steps skip that projection.
     pub qkv0: Option<DBuf<f32>>,
     pub vocab: usize,

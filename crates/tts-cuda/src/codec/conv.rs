@@ -20,7 +20,7 @@ use crate::error::CudaError;
 pub enum ImplicitConv {
     /// Never: im2col + cuBLAS.
     Off,
-    /// Layers of at most [`NARROW_MAX_OUTPUTS`] outputs whose tiles cover every
+    /// Layers of at most `NARROW_MAX_OUTPUTS` outputs whose tiles cover every
     /// multiprocessor at least once.
     #[default]
     Narrow,
@@ -77,7 +77,7 @@ pub struct ConvLaunch {
     pub steps: usize,
     pub rows: usize,
     /// Scratch for the activated f16 input with each row's history before it:
-    /// [`scratch_halves`] halves.
+    /// `scratch_halves` halves.
     pub xh: u64,
     /// f16 weights, `n` rows of `ldw` (taps·cin weights, the bias, zeros).
     pub w: u64,
@@ -91,9 +91,9 @@ pub struct ConvLaunch {
     /// (`plan::Act::code`, alpha, inv_beta) on every output, then the ones/zero columns
     /// `n..ldc`.
     pub post: Option<(i32, u64, u64)>,
-    /// Take the window kernel where it fits ([`window_fits`]).
+    /// Take the window kernel where it fits (`window_fits`).
     pub window: bool,
-    /// ... its resident-weights form where that fits ([`resident_fits`]).
+    /// ... its resident-weights form where that fits (`resident_fits`).
     pub resident: bool,
 }
 
@@ -162,7 +162,7 @@ fn window_smem(cin: usize, ctx: usize, bn: usize) -> usize {
     window_bytes(cin, ctx) + WINDOW_STAGES * bn * WINDOW_CHUNK * 2
 }
 
-/// Whether the window kernel can take a layer (already [`fits`]): its frames are whole
+/// Whether the window kernel can take a layer (already `fits`): its frames are whole
 /// tiles (a tile's steps then lie in one row) and its window fits a block.
 pub fn window_fits(rate: usize, cin: usize, ctx: usize, n: usize) -> bool {
     rate.is_multiple_of(TILE_STEPS) && window_smem(cin, ctx, window_tiling(n).1) <= MAX_SMEM
@@ -174,7 +174,7 @@ fn resident_smem(cin: usize, taps: usize, ctx: usize) -> usize {
     96 * (taps * cin + WINDOW_PAD) * 2 + 2 * window_bytes(cin, ctx)
 }
 
-/// Whether the resident-weights window kernel can take a layer (already [`fits`]): 96
+/// Whether the resident-weights window kernel can take a layer (already `fits`): 96
 /// outputs, frames of whole tiles, its weights and two windows fit a block, and a window
 /// holds half a tile of outputs (its epilogue stages them there: 64 · 100 floats).
 pub fn resident_fits(rate: usize, cin: usize, taps: usize, ctx: usize, n: usize) -> bool {
@@ -210,7 +210,7 @@ fn i(v: usize) -> Arg {
     Arg::I(v as i32)
 }
 
-/// Enqueues the two launches of one convolution (shapes already checked with [`fits`];
+/// Enqueues the two launches of one convolution (shapes already checked with `fits`;
 /// sizes were checked against `i32::MAX` when the codec was built); returns the GEMM
 /// kernel's name (none for an empty pass).
 pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaError> {

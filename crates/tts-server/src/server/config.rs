@@ -15,6 +15,8 @@ use crate::backend::Device;
 
 /// `qwen3-tts serve` options. Every one is optional here: what is not given comes from the
 /// `--config` file, then from the defaults (shown in brackets).
+// The doc comments are clap's help texts: `[default]` there is not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
     /// TOML file with any of these options (snake_case keys, e.g. `max_queue = 64`);
