@@ -216,15 +216,45 @@ impl<C: Client> Core<C> {
         self.release(i);
     }
 
-    /// Completes request `i` if its generation ended and all its audio is decoded.
+    /// Completes request `i` if its generation ended and all its audio is decoded, or
+    /// starts its text's next segment on a fresh slot.
     pub(crate) fn complete_if_done(&mut self, i: usize) {
-        if self.requests[i].is_complete() {
+        if self.requests[i].is_complete() && self.requests[i].has_next_segment() {
+            self.next_segment(i);
+        } else if self.requests[i].is_complete() {
             let r = &mut self.requests[i];
             r.complete();
             r.span
                 .in_scope(|| tracing::debug!(frames = r.frames_generated(), "done"));
             metrics::completed();
             self.release(i);
+        }
+    }
+
+    /// Gives request `i`'s slot back and takes a fresh one for its next segment (the
+    /// slot just freed is free, so only a failing backend refuses); the segment's prompt
+    /// then waits for prefill like a new request's.
+    fn next_segment(&mut self, i: usize) {
+        self.release(i);
+        let params = self.requests[i].next_sampling();
+        match self.backend.alloc_slot(&params) {
+            Ok(slot) => {
+                let r = &mut self.requests[i];
+                r.span.in_scope(|| {
+                    tracing::debug!(
+                        slot = slot.0,
+                        frames = r.frames_generated(),
+                        "next segment of the text"
+                    )
+                });
+                r.start_next_segment(slot);
+            }
+            Err(e) => {
+                self.requests[i].span.in_scope(
+                    || tracing::error!(error = %e, "slot allocation for the next segment failed"),
+                );
+                self.fail(i, RequestFailure::Backend);
+            }
         }
     }
 

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 use tts_model::prompt::build_streaming_prefix;
-use tts_model::{Backend, Model, RequestError, SpeechRequest, TextMode};
+use tts_model::{Backend, Model, Prompt, RequestError, SpeechRequest, TextMode};
 
 use crate::client::{ChannelClient, RequestShared, TextMsg};
 use crate::clock::MonotonicClock;
@@ -48,6 +48,7 @@ use crate::core::{Core, CoreSettings};
 use crate::engine::{EngineLoop, EngineShared, Warmup};
 use crate::error::{ConfigError, SubmitError, TextError};
 use crate::request::{Event, RequestId, SynthesisRequest};
+use crate::segment::{max_tokens_per_generation, split, FRAMES_PER_TOKEN_BUDGET};
 use crate::state::{FrameLimit, Job, JobPrompt};
 use crate::text_input::TextSender;
 
@@ -227,13 +228,28 @@ impl EngineHandle {
         self.check_length(chars)?;
         req.sampling.validate()?;
         let prompt = self.inner.model.prompt(&req.speech)?;
-        if prompt.positions.len() >= self.inner.max_positions {
+        let (prompt, chars, rest) = self.segments(&req, prompt, chars)?;
+        let max = self.inner.max_positions;
+        if rest
+            .iter()
+            .map(|(p, _)| p)
+            .chain([&prompt])
+            .any(|p| p.positions.len() >= max)
+        {
             return Err(RequestError::Unsupported(
                 "the text is too long for the model's context".into(),
             )
             .into());
         }
-        let (handle, job) = self.job(&req, JobPrompt::Whole { prompt, chars }, None);
+        let (handle, job) = self.job(
+            &req,
+            JobPrompt::Whole {
+                prompt,
+                chars,
+                rest,
+            },
+            None,
+        );
         self.enqueue(job)?;
         Ok(handle)
     }
@@ -314,6 +330,50 @@ impl EngineHandle {
             return Err(RequestError::TextTooLong { chars, max }.into());
         }
         Ok(())
+    }
+
+    /// A text too long for one generation in segments (`segment`): the first segment's
+    /// prompt and characters, and the later segments'. A text that fits (or whose reply
+    /// length `max_frames` fixes) stays whole.
+    #[allow(clippy::type_complexity)]
+    fn segments(
+        &self,
+        req: &SynthesisRequest,
+        prompt: Prompt,
+        chars: usize,
+    ) -> Result<(Prompt, usize, Vec<(Prompt, usize)>), SubmitError> {
+        let inner = &self.inner;
+        let max_frames = inner.config.frame_cap_for(&inner.model).hard_max;
+        let budget = FRAMES_PER_TOKEN_BUDGET * prompt.body_len;
+        let fits = prompt.positions.len() + budget <= inner.max_positions && budget <= max_frames;
+        if fits || req.max_frames.is_some() {
+            return Ok((prompt, chars, Vec::new()));
+        }
+        // the positions that are not text (the voice head, the role and suffix tokens)
+        let overhead = prompt.head_len + 16;
+        let max_tokens = max_tokens_per_generation(overhead, inner.max_positions, max_frames);
+        let tokenizer = &inner.model.tokenizer;
+        let count = |s: &str| tokenizer.encode(s).map_or(usize::MAX, |ids| ids.len());
+        let mut parts = Vec::new();
+        for text in split(&req.speech.text, max_tokens, &count) {
+            let speech = SpeechRequest {
+                text,
+                ..req.speech.clone()
+            };
+            let p = inner.model.prompt(&speech)?;
+            parts.push((p, speech.text.chars().count()));
+        }
+        tracing::debug!(
+            segments = parts.len(),
+            max_tokens,
+            body_tokens = prompt.body_len,
+            "text spoken in segments"
+        );
+        let mut parts = parts.into_iter();
+        let Some((first, first_chars)) = parts.next() else {
+            return Ok((prompt, chars, Vec::new()));
+        };
+        Ok((first, first_chars, parts.collect()))
     }
 
     fn job(

@@ -31,6 +31,7 @@ pub mod pool;
 pub mod profile;
 pub mod request;
 pub mod scheduler;
+pub mod segment;
 pub mod sim;
 pub mod state;
 pub mod stats;

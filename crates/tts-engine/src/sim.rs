@@ -229,6 +229,7 @@ pub fn simulate(config: &SimConfig, requests: &[SimRequest]) -> SimOutcome {
             prompt: JobPrompt::Whole {
                 prompt: fake_prompt(r.prompt_len),
                 chars: 0,
+                rest: Vec::new(),
             },
             limit: FrameLimit::Fixed(r.frames),
             submitted_at: r.arrival,

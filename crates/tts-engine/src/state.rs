@@ -24,7 +24,7 @@ use crate::error::RequestFailure;
 use crate::playback::Playback;
 use crate::request::{EndReason, Event, RequestId, Usage};
 use crate::scheduler::{Ready, RequestView};
-use crate::trim::LeadingTrim;
+use crate::trim::{LeadingTrim, TrimConfig};
 
 /// A request on its way into the engine.
 pub struct Job<C> {
@@ -39,8 +39,14 @@ pub struct Job<C> {
 
 /// The prompt of a job.
 pub enum JobPrompt {
-    /// All text known up front: the prompt, and the text's length in characters.
-    Whole { prompt: Prompt, chars: usize },
+    /// All text known up front: the prompt, and the text's length in characters; for a
+    /// text too long for one generation (`segment`), the first segment's, and the
+    /// following segments' in `rest`, spoken one after another in the same stream.
+    Whole {
+        prompt: Prompt,
+        chars: usize,
+        rest: Vec<(Prompt, usize)>,
+    },
     /// The text arrives through the client's text feed.
     Streamed(StreamingPrefix),
 }
@@ -99,6 +105,9 @@ pub(crate) struct RequestState<C> {
     pub client: C,
     pub slot: Option<SlotId>,
     pub seed: u64,
+    /// The request's sampling settings (each later segment's slot gets them with its own
+    /// seed, [`next_sampling`](Self::next_sampling)).
+    sampling: SamplingParams,
     pub phase: Phase,
     pub last_served: u64,
     /// Lives as long as the request is in the engine; its logs are recorded inside it.
@@ -113,6 +122,15 @@ pub(crate) struct RequestState<C> {
     chars: usize,
     body_tokens: usize,
     limit: FrameLimit,
+    /// Later segments of a long text (prompt, characters), and what the earlier ones
+    /// generated: the segment's index, frames, text tokens, trimmed samples, and whether
+    /// one was cut by its frame limit.
+    rest: VecDeque<(Prompt, usize)>,
+    segment: usize,
+    frames_before: usize,
+    tokens_before: usize,
+    trimmed_before: usize,
+    cut_short: bool,
     /// Code 0 of the next frame, sampled and not yet completed by the code predictor.
     code0: Option<u32>,
     /// The last frame is complete and the talker step after it has not run.
@@ -141,8 +159,14 @@ impl<C: Client> RequestState<C> {
         now: Duration,
         settings: StreamSettings,
     ) -> Self {
+        let mut rest = VecDeque::new();
         let (prompt, prefix, trailing, complete, chars, body, prompt_len) = match job.prompt {
-            JobPrompt::Whole { prompt, chars } => {
+            JobPrompt::Whole {
+                prompt,
+                chars,
+                rest: later,
+            } => {
+                rest.extend(later);
                 let trailing = prompt.trailing_text.clone();
                 let (body, len) = (prompt.body_len, prompt.positions.len());
                 (Some(prompt), None, trailing, true, chars, body, len)
@@ -155,6 +179,7 @@ impl<C: Client> RequestState<C> {
             client: job.client,
             slot: Some(slot),
             seed: job.sampling.seed,
+            sampling: job.sampling,
             phase: Phase::Prefill,
             last_served: 0,
             span: tracing::debug_span!("request", id = %job.id, seed = job.sampling.seed),
@@ -166,6 +191,12 @@ impl<C: Client> RequestState<C> {
             chars,
             body_tokens: body,
             limit: job.limit,
+            rest,
+            segment: 0,
+            frames_before: 0,
+            tokens_before: 0,
+            trimmed_before: 0,
+            cut_short: false,
             code0: None,
             awaiting_step: false,
             generated: 0,
@@ -286,7 +317,11 @@ impl<C: Client> RequestState<C> {
             order: self.order,
             ready: self.ready(chunks, pad),
             first_audio: self.playback.started().is_some(),
-            deadline: if self.phase == Phase::Generating || !self.undecoded.is_empty() {
+            // (a later segment's prefill too: its stream is playing)
+            deadline: if self.phase == Phase::Generating
+                || !self.undecoded.is_empty()
+                || (self.phase == Phase::Prefill && self.segment > 0)
+            {
                 self.playback.runs_dry_at()
             } else {
                 None
@@ -352,8 +387,60 @@ impl<C: Client> RequestState<C> {
         self.end.is_some() && self.undecoded.is_empty() && !self.phase.is_terminal()
     }
 
+    /// Whether a later segment of the text is still to be spoken.
+    pub fn has_next_segment(&self) -> bool {
+        !self.rest.is_empty()
+    }
+
+    /// The sampling settings of the next segment's slot: the request's, with the seed
+    /// moved on by the segment's index (so that a seed still gives the same audio).
+    pub fn next_sampling(&self) -> SamplingParams {
+        SamplingParams {
+            seed: self.seed.wrapping_add(self.segment as u64 + 1),
+            ..self.sampling
+        }
+    }
+
+    /// Starts the next segment on `slot` (fresh, allocated with [`next_sampling`]): its
+    /// prompt waits for prefill; the stream, its chunk schedule and playback go on. Its
+    /// first frames are dropped as the first segment's were, its leading silence is kept
+    /// (the pause between sentences). Call when [`is_complete`](Self::is_complete).
+    ///
+    /// [`next_sampling`]: Self::next_sampling
+    pub fn start_next_segment(&mut self, slot: SlotId) {
+        let Some((prompt, chars)) = self.rest.pop_front() else {
+            return;
+        };
+        self.segment += 1;
+        self.frames_before += self.generated;
+        self.tokens_before += self.body_tokens;
+        self.trimmed_before += self.trim.trimmed();
+        self.cut_short |= self.end == Some(EndReason::FrameLimit);
+        self.slot = Some(slot);
+        self.phase = Phase::Prefill;
+        self.trailing = prompt.trailing_text.clone();
+        self.prompt_len = prompt.positions.len();
+        self.body_tokens = prompt.body_len;
+        self.prompt = Some(prompt);
+        self.chars = chars;
+        self.code0 = None;
+        self.awaiting_step = false;
+        self.generated = 0;
+        self.end = None;
+        self.decoded = 0;
+        self.trim = LeadingTrim::new(
+            TrimConfig {
+                onset: None,
+                ..self.settings.trim
+            },
+            self.settings.sample_rate,
+            self.settings.samples_per_frame,
+        );
+    }
+
+    /// Frames generated over every segment so far.
     pub fn frames_generated(&self) -> usize {
-        self.generated
+        self.frames_before + self.generated
     }
 
     /// Ends the request successfully: queues `Done`.
@@ -386,11 +473,15 @@ impl<C: Client> RequestState<C> {
     fn usage(&self) -> Usage {
         let sr = self.settings.sample_rate as f64;
         Usage {
-            frames: self.generated,
-            text_tokens: self.body_tokens,
+            frames: self.frames_before + self.generated,
+            text_tokens: self.tokens_before + self.body_tokens,
             audio_seconds: self.audio_samples as f64 / sr,
-            trimmed_seconds: self.trim.trimmed() as f64 / sr,
-            end: self.end.unwrap_or(EndReason::FrameLimit),
+            trimmed_seconds: (self.trimmed_before + self.trim.trimmed()) as f64 / sr,
+            // a segment cut by its frame limit makes the whole reply one
+            end: match self.end {
+                Some(e) if !self.cut_short => e,
+                _ => EndReason::FrameLimit,
+            },
             queue_wait: self.queue_wait,
             time_to_first_audio: self
                 .first_audio_at

@@ -603,3 +603,74 @@ fn submissions_are_validated_before_queueing() {
         Err(tts_engine::TextError::TooLong { max: 50 })
     ));
 }
+
+/// A text too long for the backend's context is spoken in segments of whole sentences,
+/// one after another in one stream: one `Started`, one `Done`, the audio sample for sample
+/// each segment's `synthesize` with seed + k, trimmed as the engine trims it (every
+/// segment's first frame dropped; the onset rule only on the first, though the demo's
+/// noise has no leading silence to show it), the usage summed over the segments, every
+/// slot given back.
+#[test]
+fn a_text_too_long_for_the_context_is_spoken_in_segments() {
+    use tts_engine::segment::{max_tokens_per_generation, split};
+    use tts_engine::trim::TrimConfig;
+    let model = demo();
+    let context = 96;
+    let backend = Box::new(CpuBackend::new(&model, 2).unwrap().with_context(context));
+    let config = EngineConfig::default();
+    let engine = EngineHandle::start(model.clone(), backend, config.clone()).unwrap();
+    assert_eq!(engine.wait_ready(Duration::from_secs(60)), Ok(true));
+    let text = "The first sentence is here. A second one follows it! Does a third ask? \
+                The fourth says more than the others do, at some length. Then a fifth. \
+                And the sixth ends it.";
+    let seed = 41;
+    let req = request(&model, speech(text, "ryan", TextMode::Prefill), seed, None);
+
+    // the segments the engine makes, and each one's reference audio
+    let whole = model.prompt(&req.speech).unwrap();
+    let cap = config.frame_cap_for(&model);
+    let max_tokens = max_tokens_per_generation(whole.head_len + 16, context, cap.hard_max);
+    let count = |s: &str| model.tokenizer.encode(s).unwrap().len();
+    let segments = split(text, max_tokens, &count);
+    assert!(segments.len() >= 3, "{segments:?}");
+    let (mut want, mut frames, mut tokens) = (Vec::new(), 0, 0);
+    for (k, seg) in segments.iter().enumerate() {
+        let speech = speech(seg, "ryan", TextMode::Prefill);
+        let prompt = model.prompt(&speech).unwrap();
+        assert!(prompt.positions.len() < context, "{seg}");
+        let room = context + 1 - prompt.positions.len();
+        let n = random_model_frames(seg)
+            .min(cap.limit(prompt.body_len))
+            .min(room);
+        let params = model.default_sampling(seed + k as u64);
+        let mut backend = CpuBackend::new(&model, 1).unwrap();
+        let out = synthesize(&mut backend, &prompt, &params, n, true).unwrap();
+        let trim = match k {
+            0 => config.trim_for(&model),
+            _ => TrimConfig {
+                onset: None,
+                ..config.trim_for(&model)
+            },
+        };
+        want.extend(trim_whole(
+            &out.pcm,
+            trim,
+            model.sample_rate(),
+            model.samples_per_frame(),
+        ));
+        frames += out.frames.len();
+        tokens += prompt.body_len;
+    }
+
+    let (got, end) = collect(engine.submit(req).unwrap());
+    let usage = end.unwrap();
+    assert_eq!(got.len(), want.len(), "segments' audio length");
+    assert!(
+        got == want,
+        "the stream differs from its segments' synthesize"
+    );
+    assert_eq!((usage.frames, usage.text_tokens), (frames, tokens));
+    assert!((usage.audio_seconds - want.len() as f64 / 24_000.0).abs() < 1e-9);
+    // every segment's slot was given back
+    assert_eq!(engine.load().active, 0);
+}

@@ -180,6 +180,14 @@ impl CpuBackend {
         }
     }
 
+    /// Holds every slot to `max_positions` talker positions (at most the model's), as a
+    /// server sizes its context: more is refused (`ContextFull`), and an engine on it
+    /// speaks a text that would not fit in segments.
+    pub fn with_context(mut self, max_positions: usize) -> Self {
+        self.info.max_positions = max_positions.min(self.info.max_positions);
+        self
+    }
+
     pub fn cpu_model(&self) -> &Arc<CpuModel> {
         &self.model
     }
