@@ -13,12 +13,16 @@
 //! | `opus` | Ogg Opus (RFC 7845), 20 ms packets, 32 kb/s | 20 ms + 6.5 ms look-ahead |
 //! | `mp3` | MPEG-2 layer III, 64 kb/s CBR (LAME) | 24 ms + 55 ms look-ahead |
 //! | `flac` | FLAC, 16-bit, 1920-sample blocks | 80 ms (one block) |
+//!
+//! Before the encoder, a request's `speed` other than 1 goes through [`tempo::Tempo`]
+//! (time-scale modification, pitch kept), which holds back ~40 ms more.
 
 pub mod flac;
 pub mod format;
 pub mod mp3;
 pub mod ogg_opus;
 pub mod pcm;
+pub mod tempo;
 pub mod wav;
 
 #[cfg(test)]

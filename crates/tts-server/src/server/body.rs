@@ -15,6 +15,7 @@ use super::params::StreamFormat;
 use super::sse;
 use super::state::AppState;
 use super::usage::usage_json;
+use crate::audio::tempo::Tempo;
 use crate::audio::Encoder;
 
 /// One response body's state.
@@ -28,6 +29,8 @@ pub struct AudioBody {
     pub received: Instant,
     pub sample_rate: u32,
     pub guard: StreamGuard,
+    /// The speaking rate's time-scale modification (none at speed 1).
+    tempo: Option<Tempo>,
     admitted: Option<Instant>,
     samples: u64,
     first_audio_sent: bool,
@@ -55,11 +58,18 @@ impl AudioBody {
             received,
             sample_rate,
             guard,
+            tempo: None,
             admitted: None,
             samples: 0,
             first_audio_sent: false,
             over: false,
         }
+    }
+
+    /// Plays the audio at `speed` (its duration divided by it; the pitch kept).
+    pub fn with_speed(mut self, speed: f32) -> Self {
+        self.tempo = (speed != 1.0).then(|| Tempo::new(speed, self.sample_rate));
+        self
     }
 
     /// The body as a stream of chunks. An `Err` item aborts the response (the client sees
@@ -78,6 +88,10 @@ impl AudioBody {
             match self.handle.recv().await {
                 Some(Event::Started(_)) => self.admitted = Some(Instant::now()),
                 Some(Event::Audio(pcm)) => {
+                    let pcm = match &mut self.tempo {
+                        Some(t) => t.push(&pcm),
+                        None => pcm,
+                    };
                     self.samples += pcm.len() as u64;
                     match self.encoder.push(&pcm) {
                         Ok(bytes) if bytes.is_empty() => {}
@@ -123,7 +137,13 @@ impl AudioBody {
                 self.state.metrics().real_time_factor(rtf);
             }
         }
-        let tail = match self.encoder.finish() {
+        // the speed's held-back audio, then the encoder's
+        let rest = self.tempo.as_mut().map(Tempo::finish).unwrap_or_default();
+        self.samples += rest.len() as u64;
+        let tail = match self.encoder.push(&rest).and_then(|mut t| {
+            t.extend(self.encoder.finish()?);
+            Ok(t)
+        }) {
             Ok(tail) => tail,
             Err(e) => {
                 tracing::error!(request_id = %self.request_id, error = %e, "finishing the encoder failed");

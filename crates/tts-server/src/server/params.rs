@@ -7,6 +7,7 @@ use tts_model::{SamplingParams, TextMode};
 
 use super::catalog::{Catalog, VoiceChoice};
 use super::error::ApiError;
+use crate::audio::tempo::SPEED_RANGE;
 use crate::audio::AudioFormat;
 
 /// How the audio of `POST /v1/audio/speech` is framed.
@@ -66,6 +67,8 @@ pub struct SpeechParams {
     pub input: String,
     pub stream_format: StreamFormat,
     pub voice: VoiceParams,
+    /// Speaking rate: the audio's duration divided by this (1.0: as generated).
+    pub speed: f32,
 }
 
 /// Fields of `POST /v1/audio/speech` (beyond the common ones).
@@ -191,15 +194,21 @@ pub fn speech(
     }
     let input = f.required_string("input", "missing_input")?;
     check_text("input", input, limits)?;
-    if let Some(speed) = f.number("speed")? {
-        if (speed - 1.0).abs() > 1e-6 {
+    let speed = match f.number("speed")? {
+        None => 1.0,
+        Some(v) if SPEED_RANGE.contains(&(v as f32)) => v as f32,
+        Some(v) => {
             return Err(ApiError::invalid(
                 "speed",
-                "unsupported_value",
-                format!("speed {speed} is not supported: only 1.0 (normal speed) is"),
-            ));
+                "invalid_value",
+                format!(
+                    "speed {v} is out of range: {} to {}",
+                    SPEED_RANGE.start(),
+                    SPEED_RANGE.end()
+                ),
+            ))
         }
-    }
+    };
     let stream_format = match f.string("stream_format")? {
         None => StreamFormat::Audio,
         Some(s) if s.eq_ignore_ascii_case("audio") => StreamFormat::Audio,
@@ -219,6 +228,7 @@ pub fn speech(
         input: input.to_string(),
         stream_format,
         voice,
+        speed,
     })
 }
 
@@ -454,6 +464,14 @@ mod tests {
         assert_eq!(p.voice.text_mode, TextMode::Stream);
         assert_eq!(p.voice.seed, Some(7));
         assert_eq!(p.stream_format, StreamFormat::Sse);
+        assert_eq!(p.speed, 1.0);
+        assert_eq!(parse(json!({"input": "Hi."})).unwrap().speed, 1.0);
+        for v in [0.25, 1.5, 4.0] {
+            assert_eq!(
+                parse(json!({"input": "Hi.", "speed": v})).unwrap().speed,
+                v as f32
+            );
+        }
     }
 
     #[test]
@@ -464,7 +482,9 @@ mod tests {
             (json!({"input": "x".repeat(21)}), "input"),
             (json!({"input": 3}), "input"),
             (json!({}), "input"),
-            (json!({"input": "a", "speed": 1.5}), "speed"),
+            (json!({"input": "a", "speed": 4.5}), "speed"),
+            (json!({"input": "a", "speed": 0.2}), "speed"),
+            (json!({"input": "a", "speed": 0}), "speed"),
             (json!({"input": "a", "speed": "fast"}), "speed"),
             (json!({"input": "a", "voice": "nobody"}), "voice"),
             (json!({"input": "a", "voice": 3}), "voice"),

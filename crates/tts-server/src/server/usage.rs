@@ -4,7 +4,8 @@
 use serde_json::{json, Value};
 use tts_engine::{EndReason, Usage};
 
-/// `usage` as JSON. `samples` is what was sent, counted by the server.
+/// `usage` as JSON. `samples` is what was sent, counted by the server (after `speed`):
+/// `audio_samples` and `audio_seconds` are that.
 pub fn usage_json(u: &Usage, samples: u64, sample_rate: u32) -> Value {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     json!({
@@ -14,7 +15,7 @@ pub fn usage_json(u: &Usage, samples: u64, sample_rate: u32) -> Value {
         "frames": u.frames,
         "audio_samples": samples,
         "sample_rate": sample_rate,
-        "audio_seconds": u.audio_seconds,
+        "audio_seconds": samples as f64 / f64::from(sample_rate),
         "trimmed_samples": (u.trimmed_seconds * f64::from(sample_rate)).round() as u64,
         "trimmed_seconds": u.trimmed_seconds,
         "end_reason": match u.end {

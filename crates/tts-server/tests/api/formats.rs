@@ -150,6 +150,47 @@ fn base64_decode(s: &str) -> Vec<u8> {
         .expect("base64")
 }
 
+/// `speed` plays the same generation faster or slower: the same seed's audio, its length
+/// divided by the speed (to the sample), reported as sent; out of OpenAI's 0.25-4 range it
+/// is a 400 naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speed_changes_the_duration_of_the_same_audio() {
+    let t = TestServer::start(config()).await;
+    let req = |speed: f64, sse: bool| {
+        let mut b = json!({"input": TEXT, "voice": "ryan", "seed": SEED, "speed": speed,
+            "response_format": "pcm", "language": "English"});
+        if sse {
+            b["stream_format"] = json!("sse");
+        }
+        b
+    };
+    let (_, chunks) = stream(&t, req(1.0, false)).await;
+    let normal = s16le(&concat(&chunks)).len() as f64;
+    for speed in [0.5, 1.5, 2.0] {
+        let (_, chunks) = stream(&t, req(speed, false)).await;
+        let got = s16le(&concat(&chunks)).len() as f64;
+        assert_eq!(got, (normal / speed).round(), "speed {speed}");
+        let (_, chunks) = stream(&t, req(speed, true)).await;
+        let events = sse_events(std::str::from_utf8(&concat(&chunks)).unwrap());
+        let usage = &events.last().unwrap()["usage"];
+        assert_eq!(usage["audio_samples"].as_f64(), Some(got), "{usage}");
+        let secs = usage["audio_seconds"].as_f64().unwrap();
+        assert!((secs - got / 24_000.0).abs() < 1e-9, "{usage}");
+    }
+    for speed in [0.2, 4.5] {
+        let r = t
+            .client
+            .post(t.url("/v1/audio/speech"))
+            .json(&req(speed, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["param"], "speed", "{body}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_events_are_well_formed() {
     let t = TestServer::start(config()).await;

@@ -63,6 +63,7 @@ pub async fn speech(
         sample_rate,
         guard,
     )
+    .with_speed(p.speed)
     .into_stream();
     let content_type = match p.stream_format {
         StreamFormat::Audio => p.voice.format.content_type(),
