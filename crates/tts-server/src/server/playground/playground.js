@@ -195,6 +195,7 @@ async function play(ev) {
   if ($("voice").value) body.voice = $("voice").value;
   if ($("instructions").value.trim()) body.instructions = $("instructions").value;
   if ($("seed").value.trim() !== "") body.seed = Number($("seed").value);
+  if ($("speed").value !== "1") body.speed = Number($("speed").value);
   setState("requesting");
   const t0 = performance.now();
   try {
