@@ -72,6 +72,52 @@ pub trait Encoder: Send {
     fn finish(&mut self) -> Result<Vec<u8>, AudioError>;
 }
 
+/// A response's audio path: the speed's time-scale modification (none at speed 1), then
+/// the encoder; it counts the samples it encoded (what the client gets).
+pub struct AudioOut {
+    tempo: Option<tempo::Tempo>,
+    encoder: Box<dyn Encoder>,
+    samples: u64,
+}
+
+impl AudioOut {
+    pub fn new(encoder: Box<dyn Encoder>, speed: f32, sample_rate: u32) -> Self {
+        Self {
+            tempo: (speed != 1.0).then(|| tempo::Tempo::new(speed, sample_rate)),
+            encoder,
+            samples: 0,
+        }
+    }
+
+    /// Takes the next generated samples; returns the bytes ready to send.
+    pub fn push(&mut self, pcm: Vec<f32>) -> Result<Vec<u8>, AudioError> {
+        let pcm = match &mut self.tempo {
+            Some(t) => t.push(&pcm),
+            None => pcm,
+        };
+        self.samples += pcm.len() as u64;
+        self.encoder.push(&pcm)
+    }
+
+    /// The audio held back (by the speed, then the encoder) and the stream's last bytes.
+    pub fn finish(&mut self) -> Result<Vec<u8>, AudioError> {
+        let rest = self
+            .tempo
+            .as_mut()
+            .map(tempo::Tempo::finish)
+            .unwrap_or_default();
+        self.samples += rest.len() as u64;
+        let mut out = self.encoder.push(&rest)?;
+        out.extend(self.encoder.finish()?);
+        Ok(out)
+    }
+
+    /// Samples encoded so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+}
+
 /// Makes the encoder of `format` for mono audio at `sample_rate` Hz.
 pub fn encoder(format: AudioFormat, sample_rate: u32) -> Result<Box<dyn Encoder>, AudioError> {
     Ok(match format {

@@ -15,24 +15,20 @@ use super::params::StreamFormat;
 use super::sse;
 use super::state::AppState;
 use super::usage::usage_json;
-use crate::audio::tempo::Tempo;
-use crate::audio::Encoder;
+use crate::audio::AudioOut;
 
 /// One response body's state.
 pub struct AudioBody {
     pub state: AppState,
     pub handle: RequestHandle,
-    pub encoder: Box<dyn Encoder>,
+    pub audio: AudioOut,
     pub framing: StreamFormat,
     pub request_id: String,
     /// When the HTTP request arrived.
     pub received: Instant,
     pub sample_rate: u32,
     pub guard: StreamGuard,
-    /// The speaking rate's time-scale modification (none at speed 1).
-    tempo: Option<Tempo>,
     admitted: Option<Instant>,
-    samples: u64,
     first_audio_sent: bool,
     over: bool,
 }
@@ -42,7 +38,7 @@ impl AudioBody {
     pub fn new(
         state: AppState,
         handle: RequestHandle,
-        encoder: Box<dyn Encoder>,
+        audio: AudioOut,
         framing: StreamFormat,
         request_id: String,
         received: Instant,
@@ -52,24 +48,16 @@ impl AudioBody {
         Self {
             state,
             handle,
-            encoder,
+            audio,
             framing,
             request_id,
             received,
             sample_rate,
             guard,
-            tempo: None,
             admitted: None,
-            samples: 0,
             first_audio_sent: false,
             over: false,
         }
-    }
-
-    /// Plays the audio at `speed` (its duration divided by it; the pitch kept).
-    pub fn with_speed(mut self, speed: f32) -> Self {
-        self.tempo = (speed != 1.0).then(|| Tempo::new(speed, self.sample_rate));
-        self
     }
 
     /// The body as a stream of chunks. An `Err` item aborts the response (the client sees
@@ -87,27 +75,20 @@ impl AudioBody {
         loop {
             match self.handle.recv().await {
                 Some(Event::Started(_)) => self.admitted = Some(Instant::now()),
-                Some(Event::Audio(pcm)) => {
-                    let pcm = match &mut self.tempo {
-                        Some(t) => t.push(&pcm),
-                        None => pcm,
-                    };
-                    self.samples += pcm.len() as u64;
-                    match self.encoder.push(&pcm) {
-                        Ok(bytes) if bytes.is_empty() => {}
-                        Ok(bytes) => {
-                            if !self.first_audio_sent {
-                                self.first_audio_sent = true;
-                                self.state.metrics().first_audio(self.received.elapsed());
-                            }
-                            return Some(Ok(self.frame(&bytes)));
+                Some(Event::Audio(pcm)) => match self.audio.push(pcm) {
+                    Ok(bytes) if bytes.is_empty() => {}
+                    Ok(bytes) => {
+                        if !self.first_audio_sent {
+                            self.first_audio_sent = true;
+                            self.state.metrics().first_audio(self.received.elapsed());
                         }
-                        Err(e) => {
-                            tracing::error!(request_id = %self.request_id, error = %e, "encoding failed");
-                            return self.fail();
-                        }
+                        return Some(Ok(self.frame(&bytes)));
                     }
-                }
+                    Err(e) => {
+                        tracing::error!(request_id = %self.request_id, error = %e, "encoding failed");
+                        return self.fail();
+                    }
+                },
                 Some(Event::Done(usage)) => return self.done(&usage),
                 Some(Event::Failed(why)) => {
                     tracing::warn!(request_id = %self.request_id, reason = %why, "request failed mid-stream");
@@ -137,13 +118,7 @@ impl AudioBody {
                 self.state.metrics().real_time_factor(rtf);
             }
         }
-        // the speed's held-back audio, then the encoder's
-        let rest = self.tempo.as_mut().map(Tempo::finish).unwrap_or_default();
-        self.samples += rest.len() as u64;
-        let tail = match self.encoder.push(&rest).and_then(|mut t| {
-            t.extend(self.encoder.finish()?);
-            Ok(t)
-        }) {
+        let tail = match self.audio.finish() {
             Ok(tail) => tail,
             Err(e) => {
                 tracing::error!(request_id = %self.request_id, error = %e, "finishing the encoder failed");
@@ -168,7 +143,7 @@ impl AudioBody {
                 }
                 out.extend_from_slice(&sse::done(usage_json(
                     usage,
-                    self.samples,
+                    self.audio.samples(),
                     self.sample_rate,
                 )));
                 Some(Ok(Bytes::from(out)))

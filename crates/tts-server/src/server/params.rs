@@ -59,6 +59,8 @@ pub struct VoiceParams {
     pub text_mode: TextMode,
     pub seed: Option<u64>,
     pub sampling: SamplingOverrides,
+    /// Speaking rate: the audio's duration divided by this (1.0: as generated).
+    pub speed: f32,
 }
 
 /// A `POST /v1/audio/speech` request.
@@ -67,15 +69,14 @@ pub struct SpeechParams {
     pub input: String,
     pub stream_format: StreamFormat,
     pub voice: VoiceParams,
-    /// Speaking rate: the audio's duration divided by this (1.0: as generated).
-    pub speed: f32,
 }
 
 /// Fields of `POST /v1/audio/speech` (beyond the common ones).
-const SPEECH_FIELDS: &[&str] = &["model", "input", "speed", "stream_format", "stream"];
+const SPEECH_FIELDS: &[&str] = &["model", "input", "stream_format", "stream"];
 /// Fields every request may carry.
 const COMMON_FIELDS: &[&str] = &[
     "voice",
+    "speed",
     "language",
     "instructions",
     "response_format",
@@ -194,21 +195,6 @@ pub fn speech(
     }
     let input = f.required_string("input", "missing_input")?;
     check_text("input", input, limits)?;
-    let speed = match f.number("speed")? {
-        None => 1.0,
-        Some(v) if SPEED_RANGE.contains(&(v as f32)) => v as f32,
-        Some(v) => {
-            return Err(ApiError::invalid(
-                "speed",
-                "invalid_value",
-                format!(
-                    "speed {v} is out of range: {} to {}",
-                    SPEED_RANGE.start(),
-                    SPEED_RANGE.end()
-                ),
-            ))
-        }
-    };
     let stream_format = match f.string("stream_format")? {
         None => StreamFormat::Audio,
         Some(s) if s.eq_ignore_ascii_case("audio") => StreamFormat::Audio,
@@ -228,7 +214,6 @@ pub fn speech(
         input: input.to_string(),
         stream_format,
         voice,
-        speed,
     })
 }
 
@@ -403,6 +388,21 @@ fn voice_params(
         },
         repetition_penalty: positive(f, "repetition_penalty")?,
     };
+    let speed = match f.number("speed")? {
+        None => 1.0,
+        Some(v) if SPEED_RANGE.contains(&(v as f32)) => v as f32,
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "speed",
+                "invalid_value",
+                format!(
+                    "speed {v} is out of range: {} to {}",
+                    SPEED_RANGE.start(),
+                    SPEED_RANGE.end()
+                ),
+            ))
+        }
+    };
     Ok(VoiceParams {
         voice,
         language,
@@ -411,6 +411,7 @@ fn voice_params(
         text_mode,
         seed,
         sampling,
+        speed,
     })
 }
 
@@ -464,11 +465,14 @@ mod tests {
         assert_eq!(p.voice.text_mode, TextMode::Stream);
         assert_eq!(p.voice.seed, Some(7));
         assert_eq!(p.stream_format, StreamFormat::Sse);
-        assert_eq!(p.speed, 1.0);
-        assert_eq!(parse(json!({"input": "Hi."})).unwrap().speed, 1.0);
+        assert_eq!(p.voice.speed, 1.0);
+        assert_eq!(parse(json!({"input": "Hi."})).unwrap().voice.speed, 1.0);
         for v in [0.25, 1.5, 4.0] {
             assert_eq!(
-                parse(json!({"input": "Hi.", "speed": v})).unwrap().speed,
+                parse(json!({"input": "Hi.", "speed": v}))
+                    .unwrap()
+                    .voice
+                    .speed,
                 v as f32
             );
         }

@@ -21,7 +21,7 @@ use super::metrics::StreamGuard;
 use super::params::{self, Fields};
 use super::state::AppState;
 use super::usage::usage_json;
-use crate::audio::{self, AudioFormat, Encoder};
+use crate::audio::{self, AudioFormat, AudioOut};
 
 /// A message from the client, transport details removed.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,12 +46,11 @@ struct Utterance {
     handle: RequestHandle,
     /// `None` once the client ended the text.
     text: Option<TextSender>,
-    encoder: Box<dyn Encoder>,
+    audio: AudioOut,
     format: AudioFormat,
     guard: StreamGuard,
     started: Instant,
     admitted: Option<Instant>,
-    samples: u64,
     first_sent: bool,
 }
 
@@ -252,12 +251,11 @@ where
             id: format!("{}-{}", self.session_id, self.utterances),
             handle,
             text: Some(text),
-            encoder,
+            audio: AudioOut::new(encoder, p.speed, state.model().sample_rate()),
             format: p.format,
             guard: state.metrics().stream_opened("websocket"),
             started: Instant::now(),
             admitted: None,
-            samples: 0,
             first_sent: false,
         })
     }
@@ -353,23 +351,20 @@ where
                 });
                 self.send_json(v).await
             }
-            Some(Event::Audio(pcm)) => {
-                u.samples += pcm.len() as u64;
-                match u.encoder.push(&pcm) {
-                    Ok(bytes) if bytes.is_empty() => Flow::Continue,
-                    Ok(bytes) => {
-                        if !u.first_sent {
-                            u.first_sent = true;
-                            self.state.metrics().first_audio(u.started.elapsed());
-                        }
-                        self.send(ServerMsg::Binary(Bytes::from(bytes))).await
+            Some(Event::Audio(pcm)) => match u.audio.push(pcm) {
+                Ok(bytes) if bytes.is_empty() => Flow::Continue,
+                Ok(bytes) => {
+                    if !u.first_sent {
+                        u.first_sent = true;
+                        self.state.metrics().first_audio(u.started.elapsed());
                     }
-                    Err(e) => {
-                        tracing::error!(error = %e, "encoding failed");
-                        self.fail(ApiError::internal()).await
-                    }
+                    self.send(ServerMsg::Binary(Bytes::from(bytes))).await
                 }
-            }
+                Err(e) => {
+                    tracing::error!(error = %e, "encoding failed");
+                    self.fail(ApiError::internal()).await
+                }
+            },
             Some(Event::Done(usage)) => {
                 let Some(mut u) = self.current.take() else {
                     return Flow::Continue;
@@ -380,7 +375,7 @@ where
                         .metrics()
                         .real_time_factor(t.elapsed().as_secs_f64() / usage.audio_seconds);
                 }
-                let tail = match u.encoder.finish() {
+                let tail = match u.audio.finish() {
                     Ok(t) => t,
                     Err(e) => {
                         tracing::error!(error = %e, "finishing the encoder failed");
@@ -397,7 +392,7 @@ where
                 let v = json!({
                     "type": "done",
                     "request_id": u.id,
-                    "usage": usage_json(&usage, u.samples, sr),
+                    "usage": usage_json(&usage, u.audio.samples(), sr),
                 });
                 self.send_json(v).await
             }

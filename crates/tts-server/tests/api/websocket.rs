@@ -100,6 +100,32 @@ async fn text_streams_in_and_audio_streams_out() {
     t.stop().await;
 }
 
+/// `speed` in `start`: the same seeded utterance at 1.5x is its samples / 1.5, counted so
+/// in `done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speed_in_start_shortens_the_utterance() {
+    let t = TestServer::start(config()).await;
+    let mut ws = connect(&t).await;
+    let mut lengths = Vec::new();
+    for speed in [1.0, 1.5] {
+        send(
+            &mut ws,
+            json!({"type": "start", "voice": "vivian", "language": "english", "seed": 9,
+            "speed": speed, "text": "The same words at two speeds."}),
+        )
+        .await;
+        send(&mut ws, json!({"type": "end"})).await;
+        let (started, _) = until_event(&mut ws).await;
+        assert_eq!(started["type"], "started", "{started}");
+        let (done, audio) = until_event(&mut ws).await;
+        assert_eq!(done["type"], "done", "{done}");
+        let samples = done["usage"]["audio_samples"].as_u64().unwrap();
+        assert_eq!(audio.len() as u64, 2 * samples, "{done}");
+        lengths.push(samples as f64);
+    }
+    assert_eq!(lengths[1], (lengths[0] / 1.5).round(), "{lengths:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_the_utterance_and_frees_the_slot() {
     let t = TestServer::start(config()).await;

@@ -11,7 +11,7 @@ use axum::Extension;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::audio;
+use crate::audio::{self, AudioOut};
 use crate::server::admission;
 use crate::server::body::AudioBody;
 use crate::server::error::ApiError;
@@ -56,14 +56,13 @@ pub async fn speech(
     let stream = AudioBody::new(
         state.clone(),
         handle,
-        encoder,
+        AudioOut::new(encoder, p.voice.speed, sample_rate),
         p.stream_format,
         request_id,
         received,
         sample_rate,
         guard,
     )
-    .with_speed(p.speed)
     .into_stream();
     let content_type = match p.stream_format {
         StreamFormat::Audio => p.voice.format.content_type(),
