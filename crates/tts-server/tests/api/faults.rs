@@ -125,11 +125,11 @@ async fn bad_input_is_a_clear_4xx_and_the_server_keeps_serving() {
             Some("response_format"),
         ),
         (
-            "bad speed",
+            "speed out of range",
             json_ct,
-            j(json!({"input": "hi", "speed": 1.25})),
+            j(json!({"input": "hi", "speed": 4.25})),
             400,
-            "unsupported_value",
+            "invalid_value",
             Some("speed"),
         ),
         (
