@@ -71,12 +71,22 @@ def main() -> None:
         assert e.param == "voice", e.body
     else:
         raise AssertionError("an unknown voice must fail")
+    # `speed` within OpenAI's 0.25-4: the same seeded audio, half as long at 2.0
+    lengths = {}
+    for speed in (1.0, 2.0):
+        r = client.audio.speech.create(
+            model="tts-1", voice="alloy", input="Speed check.", speed=speed,
+            response_format="pcm", extra_body={"seed": 7},
+        )
+        lengths[speed] = len(r.content) // 2
+    # (the server rounds half away from zero, Python's round() to even)
+    assert abs(lengths[2.0] - lengths[1.0] / 2.0) <= 0.5, lengths
     try:
-        client.audio.speech.create(model="tts-1", voice="alloy", input="hi", speed=2.0)
+        client.audio.speech.create(model="tts-1", voice="alloy", input="hi", speed=8.0)
     except openai.BadRequestError as e:
         assert e.param == "speed", e.body
     else:
-        raise AssertionError("speed 2.0 must fail")
+        raise AssertionError("speed 8.0 must fail")
     bad_key = openai.OpenAI(base_url=base_url, api_key="wrong", max_retries=0)
     try:
         bad_key.audio.speech.create(model="tts-1", voice="alloy", input="hi")
