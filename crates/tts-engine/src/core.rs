@@ -132,7 +132,7 @@ impl<C: Client> Core<C> {
         metrics::admitted(r.queue_wait());
         r.queue_event(Event::Started(Started {
             id: r.id,
-            seed: r.seed,
+            seed: r.seed(),
             sample_rate: self.info.sample_rate,
             queue_wait: r.queue_wait(),
         }));
@@ -219,16 +219,18 @@ impl<C: Client> Core<C> {
     /// Completes request `i` if its generation ended and all its audio is decoded, or
     /// starts its text's next segment on a fresh slot.
     pub(crate) fn complete_if_done(&mut self, i: usize) {
-        if self.requests[i].is_complete() && self.requests[i].has_next_segment() {
-            self.next_segment(i);
-        } else if self.requests[i].is_complete() {
-            let r = &mut self.requests[i];
-            r.complete();
-            r.span
-                .in_scope(|| tracing::debug!(frames = r.frames_generated(), "done"));
-            metrics::completed();
-            self.release(i);
+        if !self.requests[i].is_complete() {
+            return;
         }
+        if self.requests[i].has_next_segment() {
+            return self.next_segment(i);
+        }
+        let r = &mut self.requests[i];
+        r.complete();
+        r.span
+            .in_scope(|| tracing::debug!(frames = r.frames_generated(), "done"));
+        metrics::completed();
+        self.release(i);
     }
 
     /// Gives request `i`'s slot back and takes a fresh one for its next segment (the

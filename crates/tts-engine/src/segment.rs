@@ -29,21 +29,38 @@ pub fn max_tokens_per_generation(
 /// commas, then between words, then between characters. Each segment is a trimmed slice
 /// of `text`, none empty; together they hold all of `text` but the whitespace at the cuts.
 pub fn split(text: &str, max_tokens: usize, tokens: &dyn Fn(&str) -> usize) -> Vec<String> {
+    let pieces = pieces(text, max_tokens.max(1), tokens);
+    pack(text, &pieces, max_tokens, tokens)
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// `parts` (slices of `s`, in order) packed greedily into groups of at most `max_tokens`
+/// (a part alone may be more): each group the trimmed slice of `s` from its first part's
+/// start to its last part's end.
+fn pack<'a>(
+    s: &'a str,
+    parts: &[&'a str],
+    max_tokens: usize,
+    tokens: &dyn Fn(&str) -> usize,
+) -> Vec<&'a str> {
     let mut out = Vec::new();
-    // the current segment: text[start..end]
-    let (mut start, mut end) = (0, 0);
-    for piece in pieces(text, max_tokens.max(1), tokens) {
-        let (p_start, p_end) = (offset_in(text, piece), offset_in(text, piece) + piece.len());
-        if end > start && tokens(text[start..p_end].trim()) > max_tokens {
-            out.push(text[start..end].trim().to_string());
-            start = p_start;
-        } else if end == start {
-            start = p_start;
-        }
-        end = p_end;
+    // the current group: s[start..end]
+    let mut group: Option<(usize, usize)> = None;
+    for p in parts {
+        let (p_start, p_end) = (offset_in(s, p), offset_in(s, p) + p.len());
+        group = match group {
+            Some((start, end)) if tokens(s[start..p_end].trim()) > max_tokens => {
+                out.push(s[start..end].trim());
+                Some((p_start, p_end))
+            }
+            Some((start, _)) => Some((start, p_end)),
+            None => Some((p_start, p_end)),
+        };
     }
-    if end > start {
-        out.push(text[start..end].trim().to_string());
+    if let Some((start, end)) = group {
+        out.push(s[start..end].trim());
     }
     out
 }
@@ -97,19 +114,10 @@ fn fit<'a>(
         fit(s, max_tokens, tokens, level + 1, out);
         return;
     }
-    // pack the parts greedily (as contiguous slices of `s`), each group cut further if
-    // one part alone is too long
-    let mut start = 0;
-    let mut end = 0;
-    for p in parts {
-        let p_end = offset_in(s, p) + p.len();
-        if end > start && tokens(s[start..p_end].trim()) > max_tokens {
-            fit(&s[start..end], max_tokens, tokens, level + 1, out);
-            start = end;
-        }
-        end = p_end;
+    // the parts packed greedily, each group cut further if one part alone is too long
+    for group in pack(s, &parts, max_tokens, tokens) {
+        fit(group, max_tokens, tokens, level + 1, out);
     }
-    fit(&s[start..end], max_tokens, tokens, level + 1, out);
 }
 
 /// Where `part` (a slice of `s`) starts in `s`.

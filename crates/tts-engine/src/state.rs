@@ -104,9 +104,8 @@ pub(crate) struct RequestState<C> {
     pub order: u64,
     pub client: C,
     pub slot: Option<SlotId>,
-    pub seed: u64,
-    /// The request's sampling settings (each later segment's slot gets them with its own
-    /// seed, [`next_sampling`](Self::next_sampling)).
+    /// The request's sampling settings, its seed among them (each later segment's slot
+    /// gets them with its own seed, [`next_sampling`](Self::next_sampling)).
     sampling: SamplingParams,
     pub phase: Phase,
     pub last_served: u64,
@@ -178,7 +177,6 @@ impl<C: Client> RequestState<C> {
             order,
             client: job.client,
             slot: Some(slot),
-            seed: job.sampling.seed,
             sampling: job.sampling,
             phase: Phase::Prefill,
             last_served: 0,
@@ -217,6 +215,11 @@ impl<C: Client> RequestState<C> {
             queue_wait: now.saturating_sub(job.submitted_at),
             first_audio_at: None,
         }
+    }
+
+    /// The request's seed (its first segment's).
+    pub fn seed(&self) -> u64 {
+        self.sampling.seed
     }
 
     pub fn queue_wait(&self) -> Duration {
@@ -396,7 +399,7 @@ impl<C: Client> RequestState<C> {
     /// moved on by the segment's index (so that a seed still gives the same audio).
     pub fn next_sampling(&self) -> SamplingParams {
         SamplingParams {
-            seed: self.seed.wrapping_add(self.segment as u64 + 1),
+            seed: self.sampling.seed.wrapping_add(self.segment as u64 + 1),
             ..self.sampling
         }
     }
