@@ -86,8 +86,7 @@ impl Tempo {
         }
         self.finished = true;
         let mut out = self.run(true);
-        let total = (self.received as f64 / self.speed).round() as usize;
-        let want = total.saturating_sub(self.emitted);
+        let want = self.total_out().saturating_sub(self.emitted);
         let ready = self.acc.len().min(want);
         out.extend_from_slice(&self.acc[..ready]);
         out.resize(out.len() + (want - ready), 0.0);
@@ -99,14 +98,14 @@ impl Tempo {
     /// length, the input read as zeros past its end); returns the samples now final.
     fn run(&mut self, at_end: bool) -> Vec<f32> {
         let w = self.window.len();
-        let total_out = (self.received as f64 / self.speed).round() as usize;
+        let total_out = self.total_out();
         loop {
             let k = self.frames;
             let out_at = k * self.hop;
             if at_end && out_at >= total_out + self.hop {
                 break;
             }
-            let nominal = (out_at as f64 * self.speed).round() as usize;
+            let nominal = self.nominal(k);
             // the input this frame may read: its candidates and the natural continuation
             let needs = nominal + self.tolerance + w;
             if !at_end && needs > self.received {
@@ -127,6 +126,16 @@ impl Tempo {
         self.out_base += n;
         self.emitted += out.len();
         out
+    }
+
+    /// The output's length for the input received so far (its final length at the end).
+    fn total_out(&self) -> usize {
+        (self.received as f64 / self.speed).round() as usize
+    }
+
+    /// Where frame `k` would be cut from the input without the search (global index).
+    fn nominal(&self, k: usize) -> usize {
+        ((k * self.hop) as f64 * self.speed).round() as usize
     }
 
     /// Input samples `start..start + len` (global indices), zero outside what was received.
@@ -185,8 +194,8 @@ impl Tempo {
     /// Forgets input no later frame can read (the next candidates and the continuation of
     /// the last frame all start later).
     fn drop_consumed(&mut self) {
-        let next_nominal = ((self.frames * self.hop) as f64 * self.speed).round() as usize;
-        let keep_from = next_nominal
+        let keep_from = self
+            .nominal(self.frames)
             .saturating_sub(self.tolerance)
             .min(self.last.map_or(0, |l| l + self.hop));
         let n = keep_from.saturating_sub(self.base).min(self.input.len());
