@@ -38,7 +38,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
-use tts_model::prompt::build_streaming_prefix;
+use tts_model::config::ModelKind;
+use tts_model::prompt::{build_streaming_prefix, ClonedVoice, SpeakerVector};
 use tts_model::{Backend, Model, Prompt, RequestError, SpeechRequest, TextMode};
 
 use crate::client::{ChannelClient, RequestShared, TextMsg};
@@ -122,10 +123,21 @@ impl EngineHandle {
         let clock = MonotonicClock::new();
         let core = Core::new(backend, Box::new(clock), settings);
         let warmup = if config.warmup {
+            // (a Base model clones every voice: warm up with a neutral speaker vector)
+            let clone = (model.kind() == ModelKind::Base).then(|| {
+                Arc::new(ClonedVoice {
+                    speaker: Arc::new(SpeakerVector::new(vec![
+                        0.0;
+                        model.config.talker.hidden_size
+                    ])),
+                    reference: None,
+                })
+            });
             let speech = SpeechRequest {
                 text: "Hello.".into(),
                 voice: model.voices().into_iter().next(),
                 language: "auto".into(),
+                clone,
                 ..Default::default()
             };
             let prompt = model

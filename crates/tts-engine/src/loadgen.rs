@@ -144,6 +144,7 @@ pub fn run_engine(
                     language: spec.language.clone(),
                     instructions: None,
                     text_mode: spec.text_mode,
+                    clone: None,
                 },
                 sampling: model.default_sampling(a.seed),
                 max_frames: None,

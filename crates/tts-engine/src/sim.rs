@@ -191,6 +191,8 @@ fn fake_prompt(len: usize) -> Prompt {
         instruct_ids: None,
         body_len: 0,
         head_len: 0,
+        speaker: None,
+        codec_context: Vec::new(),
     }
 }
 

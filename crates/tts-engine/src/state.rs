@@ -138,6 +138,10 @@ pub(crate) struct RequestState<C> {
     end: Option<EndReason>,
     undecoded: Vec<Frame>,
     decoded: usize,
+    /// Leading frames of this segment's codec stream that only give the codec its context
+    /// (an in-context clone's reference frames, `Prompt::codec_context`): decoded first,
+    /// their audio dropped and not counted as trimmed.
+    context: usize,
     /// Chunks that carried audio (drives the chunk schedule).
     chunks_sent: usize,
     trim: LeadingTrim,
@@ -159,6 +163,11 @@ impl<C: Client> RequestState<C> {
         settings: StreamSettings,
     ) -> Self {
         let mut rest = VecDeque::new();
+        let undecoded = match &job.prompt {
+            JobPrompt::Whole { prompt, .. } => prompt.codec_context.clone(),
+            JobPrompt::Streamed(_) => Vec::new(),
+        };
+        let context = undecoded.len();
         let (prompt, prefix, trailing, complete, chars, body, prompt_len) = match job.prompt {
             JobPrompt::Whole {
                 prompt,
@@ -199,11 +208,15 @@ impl<C: Client> RequestState<C> {
             awaiting_step: false,
             generated: 0,
             end: None,
-            undecoded: Vec::new(),
+            undecoded,
             decoded: 0,
+            context,
             chunks_sent: 0,
             trim: LeadingTrim::new(
-                settings.trim,
+                TrimConfig {
+                    drop_frames: settings.trim.drop_frames + context,
+                    ..settings.trim
+                },
                 settings.sample_rate,
                 settings.samples_per_frame,
             ),
@@ -295,7 +308,12 @@ impl<C: Client> RequestState<C> {
     /// Frames in the next chunk: the schedule's size plus dropped frames not yet decoded.
     fn chunk_target(&self, chunks: &ChunkSchedule) -> usize {
         chunks.frames(self.chunks_sent)
-            + self.settings.trim.drop_frames.saturating_sub(self.decoded)
+            + (self.settings.trim.drop_frames + self.context).saturating_sub(self.decoded)
+    }
+
+    /// Samples dropped for the codec context (not trimmed audio of the reply).
+    fn context_samples(&self) -> usize {
+        self.context * self.settings.samples_per_frame
     }
 
     pub fn ready(&self, chunks: &ChunkSchedule, pad: u32) -> Ready {
@@ -309,8 +327,11 @@ impl<C: Client> RequestState<C> {
             code_predictor: self.code0.is_some(),
             talker_step: self.awaiting_step && self.text_token(pad).is_some(),
             codec_frames: pending,
+            // (codec context is decoded at once, beside the prefill: it has no audio to wait for)
             codec_chunk: pending > 0
-                && (pending >= self.chunk_target(chunks) || self.end.is_some()),
+                && (pending >= self.chunk_target(chunks)
+                    || self.end.is_some()
+                    || self.decoded < self.context),
         }
     }
 
@@ -417,13 +438,15 @@ impl<C: Client> RequestState<C> {
         self.segment += 1;
         self.frames_before += self.generated;
         self.tokens_before += self.body_tokens;
-        self.trimmed_before += self.trim.trimmed();
+        self.trimmed_before += self.trim.trimmed().saturating_sub(self.context_samples());
         self.cut_short |= self.end == Some(EndReason::FrameLimit);
         self.slot = Some(slot);
         self.phase = Phase::Prefill;
         self.trailing = prompt.trailing_text.clone();
         self.prompt_len = prompt.positions.len();
         self.body_tokens = prompt.body_len;
+        self.undecoded = prompt.codec_context.clone();
+        self.context = self.undecoded.len();
         self.prompt = Some(prompt);
         self.chars = chars;
         self.code0 = None;
@@ -434,7 +457,7 @@ impl<C: Client> RequestState<C> {
         self.trim = LeadingTrim::new(
             TrimConfig {
                 onset: None,
-                ..self.settings.trim
+                drop_frames: self.settings.trim.drop_frames + self.context,
             },
             self.settings.sample_rate,
             self.settings.samples_per_frame,
@@ -479,7 +502,10 @@ impl<C: Client> RequestState<C> {
             frames: self.frames_before + self.generated,
             text_tokens: self.tokens_before + self.body_tokens,
             audio_seconds: self.audio_samples as f64 / sr,
-            trimmed_seconds: (self.trimmed_before + self.trim.trimmed()) as f64 / sr,
+            trimmed_seconds: (self.trimmed_before
+                + self.trim.trimmed().saturating_sub(self.context_samples()))
+                as f64
+                / sr,
             // a segment cut by its frame limit makes the whole reply one
             end: match self.end {
                 Some(e) if !self.cut_short => e,

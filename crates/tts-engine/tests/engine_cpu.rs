@@ -34,6 +34,7 @@ fn speech(text: &str, voice: &str, mode: TextMode) -> SpeechRequest {
         language: "english".into(),
         instructions: None,
         text_mode: mode,
+        clone: None,
     }
 }
 

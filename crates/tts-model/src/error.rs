@@ -56,8 +56,20 @@ pub enum RequestError {
     TextTooLong { chars: usize, max: usize },
     #[error("unknown voice `{voice}`; this model has: {available}")]
     UnknownVoice { voice: String, available: String },
-    #[error("this {kind} model takes no preset voice (got `{voice}`); describe the voice with instructions")]
-    VoiceNotSupported { kind: String, voice: String },
+    #[error("this {kind} model takes no preset voice (got `{voice}`); {hint}")]
+    VoiceNotSupported {
+        kind: String,
+        voice: String,
+        hint: &'static str,
+    },
+    #[error("this base model clones a voice from reference audio: give `ref_audio`")]
+    ReferenceRequired,
+    #[error("reference audio clones a voice with a base model; this is a {kind} model")]
+    ReferenceNotSupported { kind: String },
+    #[error("in-context cloning needs the reference audio's transcript (`ref_text`), or use the speaker vector alone (`x_vector_only_mode`)")]
+    ReferenceTextRequired,
+    #[error("{0}")]
+    BadReference(String),
     #[error("this model needs a voice; available: {available}")]
     VoiceRequired { available: String },
     #[error("unknown language `{language}`; supported: {supported}")]

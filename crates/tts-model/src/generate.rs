@@ -100,12 +100,21 @@ fn run(
         code0 = backend.talker_step(&[StepRow { slot, text_token }])?[0];
     }
     if decode && !out.frames.is_empty() {
-        out.pcm = backend
-            .codec_decode(&[CodecRow {
-                slot,
-                frames: &out.frames,
-            }])?
-            .remove(0);
+        // The prompt's codec context (a clone's reference frames) first, its audio cut.
+        let context = prompt.codec_context.len();
+        let frames: Vec<Frame> = prompt
+            .codec_context
+            .iter()
+            .chain(&out.frames)
+            .copied()
+            .collect();
+        let mut pcm = backend.codec_decode(&[CodecRow {
+            slot,
+            frames: &frames,
+        }])?;
+        let mut pcm = pcm.pop().unwrap_or_default();
+        pcm.drain(..(context * backend.info().samples_per_frame).min(pcm.len()));
+        out.pcm = pcm;
     }
     Ok(out)
 }

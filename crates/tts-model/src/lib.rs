@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod builtin;
 pub mod checkpoint;
+pub mod clone;
 pub mod config;
 pub mod error;
 pub mod fp8;

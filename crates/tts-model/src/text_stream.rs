@@ -187,6 +187,7 @@ mod tests {
                     language: language.into(),
                     instructions: instructions.map(String::from),
                     text_mode: TextMode::Stream,
+                    clone: None,
                 };
                 let want = build_prompt(cfg, tok, &req).unwrap();
                 let prefix = build_streaming_prefix(cfg, tok, &req).unwrap();
@@ -216,6 +217,7 @@ mod tests {
                 language: "English".into(),
                 instructions: instructions.map(String::from),
                 text_mode: mode,
+                clone: None,
             };
             build_prompt(cfg, tok, &req).unwrap()
         };

@@ -18,7 +18,7 @@ fn prefill_logits(cpu: &CpuModel, model: &tts_model::Model) -> Vec<f32> {
         text_mode: TextMode::Prefill,
         ..Default::default()
     };
-    cpu.talker.prefill_logits(&model.prompt(&req).unwrap())
+    cpu.prefill_logits(&model.prompt(&req).unwrap()).unwrap()
 }
 
 #[test]

@@ -51,7 +51,7 @@ fn prompts_and_prompt_embeddings_match_the_reference() {
         let t = case.tensors();
         let (want, shape) = t.get("prompt_embeds");
         assert_eq!(shape, vec![case.prompt_len, m.cpu.talker.hidden()]);
-        let got = m.cpu.talker.embed_prompt(&prompt);
+        let got = m.cpu.embed_prompt(&prompt).unwrap();
         let e = rel_err(&got, &want);
         assert!(e < 1e-5, "{}: prompt embeddings rel err {e}", case.name);
 
@@ -84,7 +84,7 @@ fn talker_hidden_and_logits_match_the_reference() {
         let h = m.cpu.talker.hidden();
 
         let mut kv = StackKv::new(m.cpu.talker.stack.dims.layers);
-        let x = m.cpu.talker.embed_prompt(&prompt);
+        let x = m.cpu.embed_prompt(&prompt).unwrap();
         let hidden = m
             .cpu
             .talker

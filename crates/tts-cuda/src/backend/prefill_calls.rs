@@ -2,7 +2,7 @@
 //! the passes run, the new heads stored.
 
 use tts_model::backend::PrefillRow;
-use tts_model::prompt::PromptPosition;
+use tts_model::prompt::{CodecInput, PromptPosition};
 use tts_model::BackendError;
 
 use super::{CudaBackend, GraphKind, Stage};
@@ -61,7 +61,16 @@ impl CudaBackend {
                         message: "every prompt position needs an in-range text token".into(),
                     })?;
             text.push(t as i32);
-            codec.push(p.codec.map_or(-1, |c| c as i32));
+            codec.push(match p.codec {
+                None => -1,
+                Some(CodecInput::Id(c)) => c as i32,
+                Some(_) => {
+                    return Err(BackendError::SlotState {
+                        slot: r.slot.0,
+                        message: "cloned-voice prompts are not supported on CUDA yet".into(),
+                    })
+                }
+            });
         }
         let cached = start == 0
             && head > 0

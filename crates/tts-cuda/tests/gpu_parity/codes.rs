@@ -38,6 +38,7 @@ fn fixture_cases_give_the_official_greedy_codes_on_the_gpu() {
             } else {
                 TextMode::Stream
             },
+            clone: None,
         };
         let prompt = model.prompt(&req).unwrap();
         let max = c["max_new_tokens"].as_u64().unwrap() as usize - 1;
@@ -100,7 +101,7 @@ fn compare_greedy_fp8(
     let vocab = model.config.talker.vocab_size;
     let gl = gpu.debug_logits(1, vocab).unwrap();
     gpu.free_slot(gs);
-    let cl = cpu.cpu_model().talker.prefill_logits(&prompt);
+    let cl = cpu.cpu_model().prefill_logits(&prompt).unwrap();
     let err = rel_err(&gl, &cl);
     let g = synthesize(&mut gpu, &prompt, &params, frames, true).unwrap();
     let c = synthesize(&mut cpu, &prompt, &params, frames, true).unwrap();
@@ -182,8 +183,8 @@ fn fp8_weights_match_the_cpu_reference() {
         .unwrap();
     let stored = CpuModel::load(&model)
         .unwrap()
-        .talker
-        .prefill_logits(&prompt);
+        .prefill_logits(&prompt)
+        .unwrap();
     for scope in [Fp8Scope::TalkerMlp, Fp8Scope::Layers] {
         let err = compare_greedy_fp8(&model, test, 3, true, scope).unwrap();
         assert!(
@@ -192,8 +193,8 @@ fn fp8_weights_match_the_cpu_reference() {
         );
         let q = CpuModel::load_with(&model, scope)
             .unwrap()
-            .talker
-            .prefill_logits(&prompt);
+            .prefill_logits(&prompt)
+            .unwrap();
         eprintln!(
             "{test}: 1.7B fp8 {scope}: CPU prefill logits rel err {:.3e} vs the stored weights",
             rel_err(&q, &stored)

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::strict::{invalid, parse_section, read_json_object, sub_object, Section, UnknownKeys};
 use crate::error::ModelError;
+use crate::reference::speaker::SpeakerEncoderConfig;
 
 /// Number of codebooks per frame: code 0 from the talker, codes 1..15 from the code predictor.
 pub const NUM_CODE_GROUPS: usize = 16;
@@ -67,6 +68,9 @@ pub struct ModelConfig {
     pub assistant_token_id: Option<u32>,
     #[serde(skip)]
     pub talker: TalkerConfig,
+    /// The speaker encoder of a Base checkpoint (`None` for the other kinds).
+    #[serde(skip)]
+    pub speaker_encoder: Option<SpeakerEncoderConfig>,
 }
 
 /// RoPE settings as written in the talker config. With the identical temporal/height/width
@@ -256,6 +260,13 @@ const TOP: Section = Section {
     ignored: &[],
 };
 
+const SPEAKER_ENCODER: Section = Section {
+    name: "speaker_encoder_config",
+    required: &[],
+    optional: SpeakerEncoderConfig::FIELDS,
+    ignored: &[],
+};
+
 const TALKER: Section = Section {
     name: "talker_config",
     required: &[
@@ -348,6 +359,31 @@ impl ModelConfig {
         )?;
         talker.code_predictor = parse_section(path, &cp_obj, &CODE_PREDICTOR, unknown)?;
         cfg.talker = talker;
+        if cfg.tts_model_type == ModelKind::Base {
+            // The reference builds it from defaults when the key is absent.
+            let obj = match top.get("speaker_encoder_config") {
+                Some(_) => sub_object(
+                    path,
+                    top,
+                    "speaker_encoder_config",
+                    "speaker_encoder_config",
+                )?,
+                None => BTreeMap::new(),
+            };
+            let se: SpeakerEncoderConfig = parse_section(path, &obj, &SPEAKER_ENCODER, unknown)?;
+            se.validate(path)?;
+            if se.enc_dim != cfg.talker.hidden_size {
+                return Err(invalid(
+                    path,
+                    "speaker_encoder_config.enc_dim",
+                    format!(
+                        "{}: the x-vector is a talker input, so it must equal talker_config.hidden_size ({})",
+                        se.enc_dim, cfg.talker.hidden_size
+                    ),
+                ));
+            }
+            cfg.speaker_encoder = Some(se);
+        }
         if let Some(mt) = top.get("model_type").and_then(|v| v.as_str()) {
             if mt != "qwen3_tts" {
                 return Err(invalid(

@@ -41,6 +41,11 @@ impl CodePredictor {
         self.embeddings[j].row(code as usize)
     }
 
+    /// Codes each embedding table holds.
+    pub fn vocab(&self) -> usize {
+        self.embeddings.first().map_or(0, |m| m.rows)
+    }
+
     /// `small_to_mtp_projection` (identity for the 0.6B geometry).
     fn project(&self, x: Vec<f32>, m: usize) -> Vec<f32> {
         match &self.projection {

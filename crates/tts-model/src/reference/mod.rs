@@ -3,7 +3,9 @@
 
 pub mod code_predictor;
 pub mod codec;
+pub mod codec_encoder;
 pub mod ops;
+pub mod speaker;
 pub mod stack;
 pub mod talker;
 
@@ -17,6 +19,7 @@ use crate::config::NUM_CODE_GROUPS;
 use crate::error::{BackendError, ModelError};
 use crate::fp8::{self, Fp8Scope, LayerPart, Stack};
 use crate::model::Model;
+use crate::prompt::{CodecInput, Prompt};
 use crate::sampling::{choose, draw_uniform, process_talker_logits, SamplingParams, TalkerRules};
 use crate::weights::{CodePredictorW, CodecW, DecoderLayerW, TalkerW, TensorLoader};
 use code_predictor::CodePredictor;
@@ -71,6 +74,52 @@ impl CpuModel {
             rules: talker_rules(model),
             text_vocab: cfg.talker.text_vocab_size,
         })
+    }
+
+    /// The prefill input `[positions, H]`: per position, `T(text)` plus its codec input
+    /// (`C(id)`, a reference frame as [`frame_embedding`](Self::frame_embedding), or the
+    /// prompt's speaker vector). An error names what is out of range.
+    pub fn embed_prompt(&self, prompt: &Prompt) -> Result<Vec<f32>, String> {
+        let h = self.talker.hidden();
+        let codec_vocab = self.talker.codec_vocab() as u32;
+        let cp_vocab = self.code_predictor.vocab() as u32;
+        let mut out = vec![0f32; prompt.positions.len() * h];
+        let text_ids: Vec<u32> = prompt.positions.iter().filter_map(|p| p.text).collect();
+        if text_ids.iter().any(|&t| t as usize >= self.text_vocab) {
+            return Err("prompt text id out of range".into());
+        }
+        let text = self.talker.text_vectors(&text_ids);
+        let mut ti = 0;
+        for (row, pos) in out.chunks_mut(h).zip(&prompt.positions) {
+            if pos.text.is_some() {
+                row.copy_from_slice(&text[ti * h..(ti + 1) * h]);
+                ti += 1;
+            }
+            let add = |row: &mut [f32], v: &[f32]| row.iter_mut().zip(v).for_each(|(o, v)| *o += v);
+            match pos.codec {
+                None => {}
+                Some(CodecInput::Id(c)) if c < codec_vocab => add(row, self.talker.codec_vector(c)),
+                Some(CodecInput::Frame(f))
+                    if f[0] < codec_vocab && f[1..].iter().all(|&c| c < cp_vocab) =>
+                {
+                    add(row, &self.frame_embedding(&f))
+                }
+                Some(CodecInput::Speaker(key)) => add(row, prompt.speaker_values(key, h)?),
+                Some(_) => return Err("prompt codec id out of range".into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Code-0 logits of `prompt`'s last position after prefilling it into a fresh cache.
+    pub fn prefill_logits(&self, prompt: &Prompt) -> Result<Vec<f32>, String> {
+        let mut kv = StackKv::new(self.talker.layers());
+        let h = self.talker.forward(
+            self.embed_prompt(prompt)?,
+            &[prompt.positions.len()],
+            &mut [&mut kv],
+        );
+        Ok(self.talker.logits(&h[h.len() - self.talker.hidden()..], 1))
     }
 
     /// The talker input of a generation step: `C(code 0) + Σ_j E_j(code j+1)`.
@@ -275,15 +324,14 @@ impl Backend for CpuBackend {
                     message: "already prefilled".into(),
                 });
             }
-            for p in &r.prompt.positions {
-                if p.text.is_some_and(|t| t as usize >= model.text_vocab) {
-                    return Err(BackendError::SlotState {
+            let embedded =
+                model
+                    .embed_prompt(r.prompt)
+                    .map_err(|message| BackendError::SlotState {
                         slot: r.slot.0,
-                        message: "prompt text id out of range".into(),
-                    });
-                }
-            }
-            x.extend(model.talker.embed_prompt(r.prompt));
+                        message,
+                    })?;
+            x.extend(embedded);
             segments.push(r.prompt.positions.len());
         }
         // Take the slots' caches out so the stack can borrow them together.

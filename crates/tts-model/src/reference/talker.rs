@@ -1,10 +1,9 @@
-//! The talker on the CPU: prompt embedding (text track + codec track), the decoder stack
+//! The talker on the CPU: the text and codec tracks' embeddings, the decoder stack
 //! with its KV cache, and the codec head that scores code 0.
 
 use super::ops::{linear, silu, Mat};
 use super::stack::{CpuTensor, Stack, StackKv};
 use crate::config::ModelConfig;
-use crate::prompt::Prompt;
 use crate::weights::TalkerW;
 
 /// Talker weights in f32 and the maths that uses them.
@@ -41,6 +40,10 @@ impl Talker {
         self.stack.dims.hidden
     }
 
+    pub fn layers(&self) -> usize {
+        self.stack.dims.layers
+    }
+
     /// `T(ids)`: text embeddings through the text projection MLP, `[ids.len(), H]`.
     pub fn text_vectors(&self, ids: &[u32]) -> Vec<f32> {
         let mut e = Vec::with_capacity(ids.len() * self.text_embedding.cols);
@@ -59,27 +62,6 @@ impl Talker {
         self.codec_embedding.row(id as usize)
     }
 
-    /// The prefill input `[positions, H]`: per position, `T(text) + C(codec)`.
-    pub fn embed_prompt(&self, prompt: &Prompt) -> Vec<f32> {
-        let h = self.hidden();
-        let mut out = vec![0f32; prompt.positions.len() * h];
-        let text_ids: Vec<u32> = prompt.positions.iter().filter_map(|p| p.text).collect();
-        let text = self.text_vectors(&text_ids);
-        let mut ti = 0;
-        for (row, pos) in out.chunks_mut(h).zip(&prompt.positions) {
-            if pos.text.is_some() {
-                row.copy_from_slice(&text[ti * h..(ti + 1) * h]);
-                ti += 1;
-            }
-            if let Some(c) = pos.codec {
-                for (o, v) in row.iter_mut().zip(self.codec_vector(c)) {
-                    *o += v;
-                }
-            }
-        }
-        out
-    }
-
     /// Runs `x` through the stack (see [`Stack::forward`]); returns normed hidden states.
     pub fn forward(
         &self,
@@ -88,17 +70,6 @@ impl Talker {
         caches: &mut [&mut StackKv],
     ) -> Vec<f32> {
         self.stack.forward(x, segments, caches)
-    }
-
-    /// Code-0 logits of `prompt`'s last position after prefilling it into a fresh cache.
-    pub fn prefill_logits(&self, prompt: &Prompt) -> Vec<f32> {
-        let mut kv = StackKv::new(self.stack.dims.layers);
-        let h = self.forward(
-            self.embed_prompt(prompt),
-            &[prompt.positions.len()],
-            &mut [&mut kv],
-        );
-        self.logits(&h[h.len() - self.hidden()..], 1)
     }
 
     /// Code-0 logits of `m` hidden rows, `[m, codec vocab]`.

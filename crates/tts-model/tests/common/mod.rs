@@ -52,6 +52,7 @@ impl Case {
             } else {
                 TextMode::Stream
             },
+            clone: None,
         }
     }
 
@@ -89,7 +90,8 @@ impl CodecCase {
     }
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(name: &str) -> T {
+/// A case's JSON record.
+pub fn read_json<T: for<'de> Deserialize<'de>>(name: &str) -> T {
     let path = fixtures_dir().join("cases").join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -109,6 +111,24 @@ struct IndexEntry {
 
 fn index() -> Vec<IndexEntry> {
     read_json::<Index>("index").cases
+}
+
+/// The names of the index's cases of type `kind`.
+pub fn case_names(kind: &str) -> Vec<String> {
+    index()
+        .into_iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| e.name)
+        .collect()
+}
+
+/// The tensors of the case file `name`.
+pub fn case_tensors(name: &str) -> Tensors {
+    Tensors::open(
+        &fixtures_dir()
+            .join("cases")
+            .join(format!("{name}.safetensors")),
+    )
 }
 
 /// All generation cases of the fixture index.
