@@ -19,6 +19,7 @@
 
 pub mod flac;
 pub mod format;
+pub mod input;
 pub mod mp3;
 pub mod ogg_opus;
 pub mod pcm;

@@ -90,6 +90,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
         language: a.language.clone(),
         instructions: a.instructions.clone(),
         text_mode: a.text_mode,
+        clone: None,
     };
     let prompt = model.prompt(&req)?;
     let seed = a.seed.unwrap_or_else(random_seed);

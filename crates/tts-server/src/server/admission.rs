@@ -2,7 +2,10 @@
 //! a response header is sent, so a refusal is a real status (400/429/503), never a broken
 //! 200 stream.
 
+use std::sync::Arc;
 use tts_engine::{EnginePool, RequestHandle, SubmitError, SynthesisRequest, TextSender};
+
+use tts_model::prompt::ClonedVoice;
 use tts_model::{RequestError, SpeechRequest};
 
 use super::catalog::VoiceChoice;
@@ -30,8 +33,32 @@ pub fn ready_engine(state: &AppState) -> Result<&EnginePool, ApiError> {
     }
 }
 
-/// The engine request for `text` with these parameters.
-pub fn synthesis_request(state: &AppState, text: String, p: &VoiceParams) -> SynthesisRequest {
+/// The cloned voice of a request with a reference recording (Base models), before
+/// admission: a bad recording is a 400.
+pub async fn cloned_voice(
+    state: &AppState,
+    p: &VoiceParams,
+) -> Result<Option<Arc<ClonedVoice>>, ApiError> {
+    let Some(r) = &p.reference else {
+        return Ok(None);
+    };
+    let cloning = state.cloning().ok_or_else(|| {
+        ApiError::invalid(
+            "ref_audio",
+            "unsupported_value",
+            "this server's model does not clone voices",
+        )
+    })?;
+    cloning.voice(r).await.map(Some)
+}
+
+/// The engine request for `text` with these parameters (and the voice cloned for them).
+pub fn synthesis_request(
+    state: &AppState,
+    text: String,
+    p: &VoiceParams,
+    clone: Option<Arc<ClonedVoice>>,
+) -> SynthesisRequest {
     let seed = p.seed.unwrap_or_else(ids::random_u64);
     let sampling = p.sampling.apply(state.model().default_sampling(seed));
     SynthesisRequest {
@@ -44,6 +71,7 @@ pub fn synthesis_request(state: &AppState, text: String, p: &VoiceParams) -> Syn
             language: p.language.clone(),
             instructions: p.instructions.clone(),
             text_mode: p.text_mode,
+            clone,
         },
         sampling,
         max_frames: None,
@@ -51,9 +79,14 @@ pub fn synthesis_request(state: &AppState, text: String, p: &VoiceParams) -> Syn
 }
 
 /// Submits a request whose text is complete.
-pub fn submit(state: &AppState, text: String, p: &VoiceParams) -> Result<RequestHandle, ApiError> {
+pub fn submit(
+    state: &AppState,
+    text: String,
+    p: &VoiceParams,
+    clone: Option<Arc<ClonedVoice>>,
+) -> Result<RequestHandle, ApiError> {
     let engine = ready_engine(state)?;
-    let req = synthesis_request(state, text, p);
+    let req = synthesis_request(state, text, p, clone);
     engine.submit(req).map_err(|e| submit_error(state, e))
 }
 
@@ -62,9 +95,10 @@ pub fn submit_streaming(
     state: &AppState,
     first: String,
     p: &VoiceParams,
+    clone: Option<Arc<ClonedVoice>>,
 ) -> Result<(RequestHandle, TextSender), ApiError> {
     let engine = ready_engine(state)?;
-    let req = synthesis_request(state, first, p);
+    let req = synthesis_request(state, first, p, clone);
     engine
         .submit_streaming_text(req)
         .map_err(|e| submit_error(state, e))
@@ -111,6 +145,15 @@ pub fn request_error(e: RequestError) -> ApiError {
             ApiError::invalid("language", "unknown_language", message)
         }
         RequestError::Sampling { field, .. } => ApiError::invalid(field, "invalid_value", message),
+        RequestError::ReferenceRequired | RequestError::BadReference(_) => {
+            ApiError::invalid("ref_audio", "invalid_value", message)
+        }
+        RequestError::ReferenceNotSupported { .. } => {
+            ApiError::invalid("ref_audio", "unsupported_value", message)
+        }
+        RequestError::ReferenceTextRequired => {
+            ApiError::invalid("ref_text", "invalid_value", message)
+        }
         RequestError::Unsupported(_) => ApiError::bad_request("unsupported", message),
     }
 }

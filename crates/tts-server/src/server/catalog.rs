@@ -119,11 +119,15 @@ impl Catalog {
             {
                 return Ok(VoiceChoice::None);
             }
+            let hint = match self.kind {
+                ModelKind::Base => "clone a voice with `ref_audio`",
+                _ => "describe the voice with `instructions`",
+            };
             return Err(ApiError::invalid(
                 "voice",
                 "unknown_voice",
                 format!(
-                    "this {:?} model has no preset voices (got `{name}`); describe the voice with `instructions`",
+                    "this {:?} model has no preset voices (got `{name}`); {hint}",
                     self.kind
                 ),
             ));

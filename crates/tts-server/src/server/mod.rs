@@ -14,6 +14,7 @@ pub mod app;
 pub mod auth;
 pub mod body;
 pub mod catalog;
+pub mod cloning;
 pub mod config;
 pub mod error;
 pub mod ids;
@@ -46,6 +47,8 @@ pub use state::AppState;
 
 use crate::backend::{self, BackendSize};
 use catalog::Catalog;
+use cloning::Cloning;
+use tts_model::clone::VoiceCloner;
 
 /// A running server.
 pub struct Server {
@@ -59,11 +62,11 @@ impl Server {
     /// warms up) in the background: `/ready` says when it can take requests.
     pub async fn start(config: ServerConfig, metrics: ServerMetrics) -> anyhow::Result<Server> {
         config.validate()?;
-        let (model, catalog) = {
+        let (model, catalog, cloning) = {
             let config = config.clone();
             tokio::task::spawn_blocking(move || load_model(&config)).await??
         };
-        let state = AppState::new(config.clone(), model, catalog, metrics);
+        let state = AppState::new(config.clone(), model, catalog, metrics).with_cloning(cloning);
         let listener = TcpListener::bind((config.host.as_str(), config.port))
             .await
             .with_context(|| format!("cannot listen on {}:{}", config.host, config.port))?;
@@ -99,7 +102,10 @@ impl Server {
     }
 }
 
-fn load_model(config: &ServerConfig) -> anyhow::Result<(Arc<Model>, Catalog)> {
+/// The model, its catalog of names, and (Base models) its voice cloner.
+type Loaded = (Arc<Model>, Catalog, Option<Cloning>);
+
+fn load_model(config: &ServerConfig) -> anyhow::Result<Loaded> {
     let opts = LoadOptions {
         unknown_config_keys: if config.lenient_config {
             UnknownKeys::Warn
@@ -117,7 +123,10 @@ fn load_model(config: &ServerConfig) -> anyhow::Result<(Arc<Model>, Catalog)> {
     }
     let catalog = Catalog::new(&model, &config.voice_aliases, &config.model_aliases)
         .map_err(anyhow::Error::msg)?;
-    Ok((Arc::new(model), catalog))
+    let cloning = VoiceCloner::load(&model)
+        .context("loading the voice-cloning encoders")?
+        .map(Cloning::new);
+    Ok((Arc::new(model), catalog, cloning))
 }
 
 /// Builds the backends and starts the engines (`replicas`, each with an equal share of

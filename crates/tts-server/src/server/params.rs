@@ -2,10 +2,15 @@
 //! unknown fields are ignored (logged at debug), as clients built for OpenAI or vLLM-Omni
 //! send fields we do not use. Shared by `POST /v1/audio/speech` and the WebSocket `start`.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
+use tts_model::clone::CloneMode;
+use tts_model::config::ModelKind;
 use tts_model::{SamplingParams, TextMode};
 
 use super::catalog::{Catalog, VoiceChoice};
+use super::cloning::ReferenceParams;
 use super::error::ApiError;
 use crate::audio::tempo::SPEED_RANGE;
 use crate::audio::AudioFormat;
@@ -61,6 +66,8 @@ pub struct VoiceParams {
     pub sampling: SamplingOverrides,
     /// Speaking rate: the audio's duration divided by this (1.0: as generated).
     pub speed: f32,
+    /// Base models: the recording whose voice is cloned.
+    pub reference: Option<ReferenceParams>,
 }
 
 /// A `POST /v1/audio/speech` request.
@@ -236,6 +243,18 @@ pub fn ws_start(
         }
     }
     let mut p = voice_params(&f, catalog, limits, AudioFormat::Pcm)?;
+    if p.reference
+        .as_ref()
+        .is_some_and(|r| r.mode == CloneMode::InContext)
+    {
+        return Err(ApiError::invalid(
+            "x_vector_only_mode",
+            "unsupported_value",
+            "a WebSocket session streams its text, and in-context cloning lays the whole text \
+             beside the reference: clone from the speaker vector alone \
+             (`x_vector_only_mode: true`)",
+        ));
+    }
     match f.string("text_mode")? {
         None => p.text_mode = TextMode::Stream,
         Some(_) if p.text_mode == TextMode::Stream => {}
@@ -279,15 +298,7 @@ fn voice_params(
     limits: Limits,
     default_format: AudioFormat,
 ) -> Result<VoiceParams, ApiError> {
-    for field in ["ref_audio", "ref_text", "x_vector_only_mode"] {
-        if f.get(field).is_some() {
-            return Err(ApiError::invalid(
-                field,
-                "unsupported_value",
-                "voice cloning (Base models) is not supported by this server yet",
-            ));
-        }
-    }
+    let reference = reference(f, catalog, limits)?;
     let voice_name = match f.get("voice") {
         None => None,
         Some(Value::String(s)) => Some(s.as_str()),
@@ -366,7 +377,10 @@ fn voice_params(
             mode
         }
         (None, Some(false)) => TextMode::Stream,
-        (None, _) => TextMode::Prefill,
+        (None, Some(true)) => TextMode::Prefill,
+        // the reference's defaults: cloning streams its text, the other kinds prefill it
+        (None, None) if catalog.kind == ModelKind::Base => TextMode::Stream,
+        (None, None) => TextMode::Prefill,
     };
     let seed = f.unsigned("seed")?;
     let sampling = SamplingOverrides {
@@ -412,7 +426,76 @@ fn voice_params(
         seed,
         sampling,
         speed,
+        reference,
     })
+}
+
+/// The reference recording of a Base model's request (`ref_audio`, `ref_text`,
+/// `x_vector_only_mode`): required there, refused elsewhere.
+fn reference(
+    f: &Fields<'_>,
+    catalog: &Catalog,
+    limits: Limits,
+) -> Result<Option<ReferenceParams>, ApiError> {
+    let audio = f.string("ref_audio")?;
+    let text = f
+        .string("ref_text")?
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let speaker_only = f.boolean("x_vector_only_mode")?;
+    let Some(audio) = audio else {
+        if catalog.kind == ModelKind::Base {
+            return Err(ApiError::invalid(
+                "ref_audio",
+                "invalid_value",
+                "this Base model clones a voice: give `ref_audio` (base64 or a data: URI of a \
+                 WAV, FLAC, MP3 or Ogg Vorbis recording), with `ref_text` (its transcript) or \
+                 `x_vector_only_mode: true`",
+            ));
+        }
+        for (field, present) in [
+            ("ref_text", text.is_some()),
+            ("x_vector_only_mode", speaker_only.is_some()),
+        ] {
+            if present {
+                return Err(ApiError::invalid(
+                    field,
+                    "invalid_value",
+                    format!("`{field}` goes with `ref_audio`, which is missing"),
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    if catalog.kind != ModelKind::Base {
+        return Err(ApiError::invalid(
+            "ref_audio",
+            "unsupported_value",
+            format!(
+                "`ref_audio` clones a voice with a Base model; the loaded model is {:?}",
+                catalog.kind
+            ),
+        ));
+    }
+    let mode = match speaker_only {
+        Some(true) => CloneMode::SpeakerOnly,
+        _ => CloneMode::InContext,
+    };
+    if let Some(t) = text {
+        check_text("ref_text", t, limits)?;
+    } else if mode == CloneMode::InContext {
+        return Err(ApiError::invalid(
+            "ref_text",
+            "invalid_value",
+            "in-context cloning needs `ref_text`, the transcript of `ref_audio`; or clone from \
+             the speaker vector alone with `x_vector_only_mode: true`",
+        ));
+    }
+    Ok(Some(ReferenceParams {
+        audio: Arc::from(audio),
+        text: text.map(str::to_string),
+        mode,
+    }))
 }
 
 fn positive(f: &Fields<'_>, name: &str) -> Result<Option<f32>, ApiError> {

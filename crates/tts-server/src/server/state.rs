@@ -10,6 +10,7 @@ use tts_engine::EnginePool;
 use tts_model::Model;
 
 use super::catalog::Catalog;
+use super::cloning::Cloning;
 use super::config::ServerConfig;
 use super::metrics::ServerMetrics;
 use super::params::Limits;
@@ -31,6 +32,8 @@ struct Inner {
     shutdown_tx: watch::Sender<bool>,
     /// Open WebSocket sessions (shutdown waits for them).
     sessions: Tracker,
+    /// Base models: the voice cloner.
+    cloning: Option<Arc<Cloning>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -59,8 +62,22 @@ impl AppState {
                 shutting_down: AtomicBool::new(false),
                 shutdown_tx,
                 sessions: Tracker::default(),
+                cloning: None,
             }),
         }
+    }
+
+    /// The state with a voice cloner (before it is shared).
+    pub fn with_cloning(mut self, cloning: Option<Cloning>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.cloning = cloning.map(Arc::new);
+        }
+        self
+    }
+
+    /// The voice cloner, for a Base model.
+    pub fn cloning(&self) -> Option<&Arc<Cloning>> {
+        self.inner.cloning.as_ref()
     }
 
     pub fn config(&self) -> &ServerConfig {

@@ -224,7 +224,7 @@ where
                 ))
                 .await;
         }
-        match self.try_start(map) {
+        match self.try_start(map).await {
             Ok(u) => {
                 tracing::info!(request_id = %u.id, format = %u.format, seed = u.handle.seed(), "websocket utterance admitted");
                 self.current = Some(u);
@@ -234,7 +234,7 @@ where
         }
     }
 
-    fn try_start(&mut self, map: &Map<String, Value>) -> Result<Utterance, ApiError> {
+    async fn try_start(&mut self, map: &Map<String, Value>) -> Result<Utterance, ApiError> {
         let state = &self.state;
         let p = params::ws_start(map, state.catalog(), state.limits())?;
         let first = Fields::new(map).string("text")?.unwrap_or("").to_string();
@@ -245,7 +245,9 @@ where
             tracing::error!(error = %e, "cannot make the encoder");
             ApiError::internal()
         })?;
-        let (handle, text) = admission::submit_streaming(state, first, &p)?;
+        admission::ready_engine(state)?;
+        let clone = admission::cloned_voice(state, &p).await?;
+        let (handle, text) = admission::submit_streaming(state, first, &p, clone)?;
         self.utterances += 1;
         Ok(Utterance {
             id: format!("{}-{}", self.session_id, self.utterances),

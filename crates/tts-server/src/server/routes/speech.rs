@@ -32,7 +32,12 @@ pub async fn speech(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     check_content_type(&headers)?;
-    let limit = body_limit(state.config().max_input_chars);
+    let limit = body_limit(state.config().max_input_chars)
+        + if state.cloning().is_some() {
+            crate::server::cloning::REFERENCE_BODY_BYTES
+        } else {
+            0
+        };
     let bytes = read_body(body, limit, state.config().timeouts.body_read).await?;
     let json = parse_json(&bytes)?;
     let p = params::speech(&json, state.catalog(), state.limits())?;
@@ -42,7 +47,10 @@ pub async fn speech(
         tracing::error!(error = %e, "cannot make the encoder");
         ApiError::internal()
     })?;
-    let handle = admission::submit(&state, p.input, &p.voice)?;
+    // (readiness first: a server warming up answers 503 before cloning anything)
+    admission::ready_engine(&state)?;
+    let clone = admission::cloned_voice(&state, &p.voice).await?;
+    let handle = admission::submit(&state, p.input, &p.voice, clone)?;
     let seed = handle.seed();
     tracing::info!(
         %request_id,

@@ -13,7 +13,8 @@ use crate::server::middleware::RequestId;
 use crate::server::state::AppState;
 use crate::server::ws_session::{self, ClientMsg, ServerMsg};
 
-/// Largest client message (text pieces are small; `start` carries at most the limits).
+/// Largest client message (text pieces are small; `start` carries at most the limits,
+/// and for a Base model a reference recording).
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
 pub async fn stream(
@@ -25,8 +26,14 @@ pub async fn stream(
         Ok(ws) => ws,
         Err(e) => return ApiError::upgrade_required(e.body_text()).into_response(),
     };
-    ws.max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_MESSAGE_BYTES)
+    let max = MAX_MESSAGE_BYTES
+        + if state.cloning().is_some() {
+            crate::server::cloning::REFERENCE_BODY_BYTES
+        } else {
+            0
+        };
+    ws.max_message_size(max)
+        .max_frame_size(max)
         .on_upgrade(move |socket| session(state, socket, id))
 }
 
