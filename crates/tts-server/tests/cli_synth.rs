@@ -108,6 +108,101 @@ fn fixture_checkpoint_greedy_codes_match_the_reference() {
     assert_eq!(got, case["codes"]);
 }
 
+/// The fixture reference recording as a 32-bit float WAV (exact samples).
+fn reference_wav(path: &Path) {
+    let files = tts_model::checkpoint::SafetensorsFiles::open_files(vec![
+        fixtures().join("cases/base17_ref.safetensors")
+    ])
+    .unwrap();
+    let shape = files.shape("ref_audio").unwrap().to_vec();
+    let audio = files.tensor("ref_audio", &shape).unwrap().to_f32();
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 24_000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for x in audio {
+        w.write_sample(x).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+/// Cloning from a recording file, in context and from the speaker vector alone: the
+/// official implementation's greedy codes.
+#[test]
+fn voice_cloning_from_a_file_gives_the_reference_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = tmp.path().join("ref.wav");
+    reference_wav(&wav);
+    let model = fixtures().join("models/tiny-1b7-base");
+    for (case, extra) in [
+        (
+            "base17_icl_stream",
+            vec!["--ref-text", "Good morning! How are you doing?"],
+        ),
+        ("base17_xvec_stream", vec!["--x-vector-only"]),
+    ] {
+        let c: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixtures().join(format!("cases/{case}.json"))).unwrap(),
+        )
+        .unwrap();
+        let codes_path = tmp.path().join("codes.json");
+        let max_frames = (c["max_new_tokens"].as_u64().unwrap() - 1).to_string();
+        let out_wav = tmp.path().join("o.wav");
+        let mut args = vec![
+            "--model",
+            model.to_str().unwrap(),
+            "--text",
+            c["text"].as_str().unwrap(),
+            "--language",
+            "english",
+            "--text-mode",
+            "stream",
+            "--greedy",
+            "--max-frames",
+            &max_frames,
+            "--ref-audio",
+            wav.to_str().unwrap(),
+            "--out",
+            out_wav.to_str().unwrap(),
+            "--codes-out",
+            codes_path.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let o = synth(&args);
+        assert!(o.status.success(), "{case}: {}", stderr(&o));
+        let got: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&codes_path).unwrap()).unwrap();
+        assert_eq!(got, c["codes"], "{case}");
+    }
+    let out = tmp.path().join("x.wav");
+    let o = synth(&[
+        "--model",
+        "demo",
+        "--text",
+        "Hi.",
+        "--ref-audio",
+        wav.to_str().unwrap(),
+        "--x-vector-only",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, "clones a voice with a Base model");
+    let o = synth(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--text",
+        "Hi.",
+        "--ref-audio",
+        wav.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_error(&o, "ref_text");
+}
+
 #[test]
 fn bad_inputs_give_one_line_errors() {
     let tmp = tempfile::tempdir().unwrap();

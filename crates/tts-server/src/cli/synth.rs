@@ -3,14 +3,20 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use clap::Args;
+use tts_model::clone::{CloneMode, VoiceCloner};
 use tts_model::config::UnknownKeys;
 use tts_model::generate::{random_model_frames, synthesize, FrameCap};
+use tts_model::prompt::ClonedVoice;
 use tts_model::{LoadOptions, Model, SpeechRequest, TextMode};
 
+use crate::audio::input::decode_file;
 use crate::audio::wav;
 use crate::backend::{self, BackendSize, Device};
+use crate::server::cloning::MAX_REFERENCE_SECONDS;
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
@@ -29,6 +35,15 @@ pub struct SynthArgs {
     /// Style instructions (CustomVoice 1.7B) or the voice description (VoiceDesign).
     #[arg(long)]
     pub instructions: Option<String>,
+    /// Base models: the recording whose voice is cloned (WAV, FLAC, MP3 or Ogg Vorbis).
+    #[arg(long)]
+    pub ref_audio: Option<PathBuf>,
+    /// Base models: what is said in `--ref-audio` (in-context cloning).
+    #[arg(long)]
+    pub ref_text: Option<String>,
+    /// Base models: clone from the speaker vector alone (no `--ref-text` needed).
+    #[arg(long)]
+    pub x_vector_only: bool,
     /// Greedy decoding (argmax) instead of sampling.
     #[arg(long)]
     pub greedy: bool,
@@ -90,7 +105,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
         language: a.language.clone(),
         instructions: a.instructions.clone(),
         text_mode: a.text_mode,
-        clone: None,
+        clone: cloned_voice(&model, &a)?.map(Arc::new),
     };
     let prompt = model.prompt(&req)?;
     let seed = a.seed.unwrap_or_else(random_seed);
@@ -163,4 +178,35 @@ pub fn random_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     t ^ ((std::process::id() as u64) << 32)
+}
+
+/// The voice cloned from `--ref-audio` (Base models).
+fn cloned_voice(model: &Model, a: &SynthArgs) -> anyhow::Result<Option<ClonedVoice>> {
+    let Some(path) = &a.ref_audio else {
+        if a.ref_text.is_some() || a.x_vector_only {
+            anyhow::bail!("--ref-text and --x-vector-only go with --ref-audio");
+        }
+        return Ok(None);
+    };
+    let Some(cloner) = VoiceCloner::load(model)? else {
+        anyhow::bail!(
+            "--ref-audio clones a voice with a Base model; `{}` is a {} model",
+            model.name,
+            model.kind().as_str()
+        );
+    };
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let audio = decode_file(bytes, MAX_REFERENCE_SECONDS)
+        .with_context(|| format!("decoding {}", path.display()))?;
+    let mode = if a.x_vector_only {
+        CloneMode::SpeakerOnly
+    } else {
+        CloneMode::InContext
+    };
+    Ok(Some(cloner.clone_voice(
+        &audio.samples,
+        audio.sample_rate,
+        mode,
+        a.ref_text.as_deref(),
+    )?))
 }
