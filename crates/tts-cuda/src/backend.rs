@@ -23,6 +23,7 @@ mod startup;
 
 pub use options::{CudaOptions, MaxL1Rows, StagedGemv};
 
+use crate::clone_inputs::CloneInputs;
 use crate::codec::DevCodec;
 use crate::device::{Gpu, Graph};
 use crate::error::CudaError;
@@ -110,6 +111,8 @@ pub struct CudaBackend {
     lt_tuning: Vec<crate::lt::LtTuned>,
     opts: CudaOptions,
     text_vocab: usize,
+    /// Base models: what makes the vectors of cloned-voice prompt positions.
+    clone_inputs: Option<CloneInputs>,
 }
 
 impl CudaBackend {

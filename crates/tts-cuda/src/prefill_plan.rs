@@ -16,6 +16,9 @@ pub struct PrefillJob {
     pub text: Vec<i32>,
     /// Codec ids (-1: none), one per text id.
     pub codec: Vec<i32>,
+    /// Vectors added to tokens' inputs (a cloned voice's speaker vector, reference
+    /// frames): (token index within `text`, vector).
+    pub extra: Vec<(usize, Vec<f32>)>,
 }
 
 impl PrefillJob {
@@ -132,6 +135,7 @@ mod tests {
             start,
             text: (0..n as i32).map(|t| 100 * slot + t).collect(),
             codec: vec![-1; n],
+            extra: Vec::new(),
         }
     }
 

@@ -257,6 +257,24 @@ pub fn prefill(
     split_pass(gpu, t, ws, n, rows, rules)
 }
 
+/// [`prefill`] of a pass whose tokens have extra input rows (eager: `extra` = (an f32
+/// table `[m, hidden]`, one i32 per token: its table row or -1) on the device): the rows
+/// are added to the embedded tokens before the layers.
+pub fn prefill_with_extra(
+    gpu: &Gpu,
+    t: &DevTalker,
+    ws: &Workspace,
+    (n, rows): (usize, usize),
+    (table, ids): (u64, u64),
+    rules: SampleRules,
+) -> Result<(), CudaError> {
+    let h = t.stack.dims.hidden;
+    let p = |region: usize| ws.prefill_ints.at(region * n);
+    embed_prompt_tokens(gpu, t, ws, (p(0), p(1)), n)?;
+    kernels::gather_rows_f32(gpu, table, h, ids, n, ws.x.ptr, h, true)?;
+    split_pass(gpu, t, ws, n, rows, rules)
+}
+
 /// The layers over the `n` tokens in `ws.x` at the slots and positions of the prefill plan
 /// in `ws.prefill_ints` (split attention: tokens of any slots and positions), then the head
 /// and sampling over the plan's `rows` rows (each at its last token).

@@ -51,6 +51,10 @@ impl CudaBackend {
         let Ok((jobs, stores)) = self.prefill_jobs(prompts) else {
             return Ok(None);
         };
+        // (the merged pass takes ids only: cloned-voice prompts prefill apart)
+        if jobs.iter().any(|j| !j.extra.is_empty()) {
+            return Ok(None);
+        }
         let limits = self.opts.limits;
         let n = jobs.iter().map(PrefillJob::tokens).sum::<usize>() + step.len();
         let rows = prompts.len() + step.len();

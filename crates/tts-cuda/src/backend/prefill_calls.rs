@@ -6,9 +6,10 @@ use tts_model::prompt::{CodecInput, PromptPosition};
 use tts_model::BackendError;
 
 use super::{CudaBackend, GraphKind, Stage};
+use crate::clone_inputs::ExtraRows;
 use crate::error::CudaError;
 use crate::prefill_plan::{pass_plan, repeated_slot, token_bucket, PrefillJob};
-use crate::talker::{prefill, write_prefill_inputs};
+use crate::talker::{prefill, prefill_with_extra, write_prefill_inputs};
 
 /// A prompt head a prefill stores in the prefix cache after its pass (one not cached yet).
 type HeadToStore<'a> = Option<&'a [PromptPosition]>;
@@ -52,7 +53,12 @@ impl CudaBackend {
         let heads = &r.prompt.positions[..head];
         let mut text = Vec::with_capacity(n);
         let mut codec = Vec::with_capacity(n);
-        for p in &r.prompt.positions {
+        let mut extra = Vec::new();
+        let slot_error = |message: String| BackendError::SlotState {
+            slot: r.slot.0,
+            message,
+        };
+        for (i, p) in r.prompt.positions.iter().enumerate() {
             let t =
                 p.text
                     .filter(|&t| (t as usize) < text_vocab)
@@ -64,11 +70,14 @@ impl CudaBackend {
             codec.push(match p.codec {
                 None => -1,
                 Some(CodecInput::Id(c)) => c as i32,
-                Some(_) => {
-                    return Err(BackendError::SlotState {
-                        slot: r.slot.0,
-                        message: "cloned-voice prompts are not supported on CUDA yet".into(),
-                    })
+                Some(input) => {
+                    let inputs = self.clone_inputs.as_ref().ok_or_else(|| {
+                        slot_error("a cloned-voice prompt, and this is not a Base model".into())
+                    })?;
+                    if let Some(v) = inputs.vector(r.prompt, input).map_err(slot_error)? {
+                        extra.push((i, v));
+                    }
+                    -1
                 }
             });
         }
@@ -83,6 +92,12 @@ impl CudaBackend {
             start: start + skip,
             text: text.split_off(skip),
             codec: codec.split_off(skip),
+            // (a cached head's extras are in its cache rows)
+            extra: extra
+                .into_iter()
+                .filter(|(i, _)| *i >= skip)
+                .map(|(i, v)| (i - skip, v))
+                .collect(),
         };
         Ok((job, store))
     }
@@ -135,7 +150,9 @@ impl CudaBackend {
         // `passes` keeps a pass within the largest batch, so its row bucket holds it
         let (tokens, rows) = (token_bucket(n), self.bucket(jobs.len()));
         debug_assert!(rows >= jobs.len());
-        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens;
+        let extra = ExtraRows::for_pass(jobs.iter().map(|j| (j.tokens(), &j.extra[..])));
+        // a pass with extra rows runs eagerly (the graphs' inputs are ids only)
+        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens && extra.is_empty();
         let pad = self.info.tts_pad_token_id as i32;
         let plan = pass_plan(jobs, pad, padded.then_some((tokens, rows)));
         let kind = GraphKind::Prefill { rows };
@@ -143,12 +160,27 @@ impl CudaBackend {
             self.graph(kind, tokens)?;
         }
         write_prefill_inputs(&self.gpu, &mut self.ws, &plan)?;
+        // (kept alive until the codes are read: the pass reads them)
+        let mut extra_bufs = None;
         if padded {
             self.run(kind, tokens)?;
-        } else {
+        } else if extra.is_empty() {
             prefill(&self.gpu, &self.talker, &self.ws, n, jobs.len(), self.rules)?;
+        } else {
+            let bufs = (self.gpu.upload(&extra.table)?, self.gpu.upload(&extra.ids)?);
+            let ptrs = (bufs.0.ptr, bufs.1.ptr);
+            extra_bufs = Some(bufs);
+            prefill_with_extra(
+                &self.gpu,
+                &self.talker,
+                &self.ws,
+                (n, jobs.len()),
+                ptrs,
+                self.rules,
+            )?;
         }
         let codes = self.gpu.read(&self.ws.codes, jobs.len())?;
+        drop(extra_bufs);
         Ok(codes.into_iter().map(|c| c as u32).collect())
     }
 }

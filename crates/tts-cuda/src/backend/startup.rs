@@ -7,6 +7,7 @@ use tts_model::backend::BackendInfo;
 use tts_model::Model;
 
 use super::{Codec, CudaBackend, CudaOptions, GraphKind};
+use crate::clone_inputs::CloneInputs;
 use crate::codec::DevCodec;
 use crate::device::Gpu;
 use crate::error::CudaError;
@@ -241,6 +242,7 @@ impl CudaBackend {
         let tuning = route_by_timing(&gpu, &layers, &mut ws, &opts)?;
         let codec = load_codec(&gpu, model, &opts)?;
         let lane = cp_lane(&gpu, model, &ws, &opts, cp_loop.is_some())?;
+        let clone_inputs = CloneInputs::load(model)?;
         gpu.sync()?;
         tracing::info!(
             secs = t0.elapsed().as_secs_f64(),
@@ -289,6 +291,7 @@ impl CudaBackend {
             text_vocab: t.text_vocab_size,
             tuning,
             lt_tuning,
+            clone_inputs,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The CUDA backend against the CPU reference on the same weights: greedy codes identical,
 //! logits within bf16 tolerances, sampling seeded and batch-independent, and exact codes
-//! on the official fixtures. Skips (and says so) when no CUDA device is present.
+//! on the official fixtures (cloned voices included). Skips (and says so) when no CUDA
+//! device is present.
 //!
 //! Both sides use the same bf16 weights; the GPU keeps f32 activations with f32
 //! accumulation (GEMV, and split hi/lo bf16 GEMMs on cuBLAS). Tolerances: in "exact"
@@ -12,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cloning;
 mod codes;
 mod kernel_choices;
 mod linear;
