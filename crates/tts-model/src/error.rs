@@ -40,7 +40,7 @@ pub enum ModelError {
     #[error("text tokenizer: {0}")]
     Tokenizer(String),
     #[error(
-        "unknown model `{0}`: give a checkpoint directory, `demo`, `random:1.7b` or `random:0.6b`"
+        "unknown model `{0}`: give a checkpoint directory, `demo`, `random:1.7b` or `random:0.6b` (`-base` appended: a Base model)"
     )]
     UnknownModel(String),
     #[error(transparent)]

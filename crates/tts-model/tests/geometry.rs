@@ -59,3 +59,26 @@ fn random_0_6b_has_the_released_parameter_counts() {
 fn rvq_input_projs() -> usize {
     2 * 256 * 512
 }
+
+/// The Base built-ins add the released speaker encoder (an x-vector as wide as the talker)
+/// to the same talker and code predictor.
+#[test]
+fn random_base_models_have_the_released_speaker_encoders() {
+    use tts_model::config::ModelKind;
+    use tts_model::reference::speaker::weights::SpeakerEncoderW;
+    for (spec, main_params, speaker_params) in [
+        ("random:1.7b-base", 1_916_676_352, 12_001_088),
+        ("random:0.6b-base", 905_788_672, 8_854_336),
+    ] {
+        let m = Model::load(spec, LoadOptions::default()).unwrap();
+        assert_eq!(m.kind(), ModelKind::Base, "{spec}");
+        assert!(m.voices().is_empty(), "{spec}: no preset speakers");
+        let (main, _) = census(spec);
+        assert_eq!(main.params, main_params, "{spec}");
+        let cfg = m.config.speaker_encoder.clone().unwrap();
+        assert_eq!(cfg.enc_dim, m.config.talker.hidden_size, "{spec}");
+        let mut speaker = Census::default();
+        SpeakerEncoderW::load(&cfg, &mut speaker).unwrap();
+        assert_eq!(speaker.params, speaker_params, "{spec}");
+    }
+}

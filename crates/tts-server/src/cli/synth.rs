@@ -20,7 +20,7 @@ use crate::server::cloning::MAX_REFERENCE_SECONDS;
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
-    /// Checkpoint directory (released layout), `demo`, `random:1.7b` or `random:0.6b`.
+    /// Checkpoint directory (released layout), `demo`, `random:1.7b` or `random:0.6b` (`-base`: voice cloning).
     #[arg(long, default_value = "demo")]
     pub model: String,
     /// Text to speak.

@@ -23,7 +23,7 @@ pub struct ServeArgs {
     /// flags and environment variables override it.
     #[arg(long, env = "QWEN3_TTS_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Checkpoint directory, `demo`, `random:1.7b` or `random:0.6b` [demo].
+    /// Checkpoint directory, `demo`, `random:1.7b` or `random:0.6b` (`-base`: voice cloning) [demo].
     #[arg(long, env = "QWEN3_TTS_MODEL")]
     pub model: Option<String>,
     /// Device: cpu, cuda or cuda:N [cpu].
