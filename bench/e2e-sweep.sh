@@ -6,6 +6,9 @@
 #   RATES="1 10 40" LABEL=a OUT=... [SERVE_ARGS="--urgent-model-stages false"] [BENCH_ARGS=--raw] bash bench/e2e-sweep.sh
 # Stage work per rate window from the snapshots, here afterwards:
 #   cargo run -p tts-bench --example stage_work -- "10 req/s=metrics-1.txt:metrics-10.txt" ...
+# Voice cloning: MODEL=random:1.7b-base and, in BENCH_ARGS, `--voice alloy --ref-audio REC
+# --extra x_vector_only_mode=true` (or `--extra ref_text=...`); any WAV serves as REC, e.g.
+# one from `$D/qwen3-tts synth --model demo --text "..." --voice ryan --out /tmp/ref.wav`.
 # It writes ~5 files per rate, and a device call brings back only a few files from its $OUT:
 # there, set OUT to a scratch folder and PACK=$OUT/<name>.tgz to get them as one archive.
 set -u
@@ -15,7 +18,7 @@ LABEL=${LABEL:-a}
 WARMUP=${WARMUP:-30}
 DURATION=${DURATION:-60}
 mkdir -p "$OUT/$LABEL"
-$D/qwen3-tts serve --model random:1.7b --device cuda --max-slots 192 --max-queue 256 \
+$D/qwen3-tts serve --model "${MODEL:-random:1.7b}" --device cuda --max-slots 192 --max-queue 256 \
     --port 8000 ${SERVE_ARGS:-} > "$OUT/$LABEL/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 240); do

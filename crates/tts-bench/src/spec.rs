@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// Also write every request's record into `bench.json`.
     #[arg(long)]
     pub raw: bool,
+    /// Base models: send this recording (base64) as every request's `ref_audio`; give its
+    /// transcript with `--extra ref_text=...` or `--extra x_vector_only_mode=true`.
+    #[arg(long)]
+    pub ref_audio: Option<PathBuf>,
 }
 
 /// A bad option value.
@@ -126,6 +130,11 @@ pub enum SpecError {
     },
     #[error("the prompt set has no non-empty line")]
     NoPrompts,
+    #[error("--ref-audio {path}: {source}")]
+    RefAudio {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Request fields the benchmark sets itself; `--extra` may not override them.
@@ -246,6 +255,15 @@ impl BenchSpec {
         for kv in &a.extra {
             let (key, value) = parse_extra(kv)?;
             extra_fields.insert(key, value);
+        }
+        if let Some(path) = &a.ref_audio {
+            use base64::Engine as _;
+            let bytes = std::fs::read(path).map_err(|source| SpecError::RefAudio {
+                path: path.clone(),
+                source,
+            })?;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+            extra_fields.insert("ref_audio".into(), Value::String(b64));
         }
 
         Ok(Self {
@@ -427,6 +445,33 @@ mod tests {
         assert_eq!(start["type"], "start");
         assert_eq!(start["seed"], 7);
         assert!(start.get("input").is_none());
+    }
+
+    #[test]
+    fn a_reference_recording_is_sent_as_base64() {
+        use base64::Engine as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ref.wav");
+        std::fs::write(&path, b"RIFF....WAVE").unwrap();
+        let s = spec(&[
+            "--ref-audio",
+            path.to_str().unwrap(),
+            "--extra",
+            "ref_text=hello there",
+        ])
+        .unwrap();
+        let body = s.http_body("Hi.");
+        let sent = body["ref_audio"].as_str().unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(sent)
+            .unwrap();
+        assert_eq!(decoded, b"RIFF....WAVE");
+        assert_eq!(body["ref_text"], "hello there");
+        assert_eq!(s.ws_start()["ref_audio"], body["ref_audio"]);
+        assert!(matches!(
+            spec(&["--ref-audio", "/no/such/file.wav"]),
+            Err(SpecError::RefAudio { .. })
+        ));
     }
 
     #[test]
