@@ -2,7 +2,8 @@
 //! `chromium-driver`; installed with apt-get when absent and we are root, otherwise the
 //! test prints SKIPPED): the page loads its voices, plays a sentence while it streams
 //! (the page reports its first scheduled audio and shows the time to first audio), and
-//! Stop really cancels (the server sees the disconnect and frees the slot).
+//! Stop really cancels (the server sees the disconnect and frees the slot); with a Base
+//! model it clones the voice of a recording put in its file input.
 
 mod common;
 
@@ -233,5 +234,94 @@ async fn playground_plays_while_streaming_and_stop_cancels() {
     );
     d.quit().await;
     t.assert_serving().await;
+    t.stop().await;
+}
+
+/// A 1 s 16-bit WAV of a voiced sound, base64.
+fn recording_b64() -> String {
+    use base64::Engine as _;
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut out, spec).unwrap();
+    for i in 0..16_000 {
+        let t = i as f32 / 16_000.0;
+        let x = (2.0 * std::f32::consts::PI * 160.0 * t).sin() * 0.4;
+        w.write_sample((x * 32767.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    base64::engine::general_purpose::STANDARD.encode(out.into_inner())
+}
+
+/// With a Base model the page asks for a recording (and hides the instructions); a file
+/// put in its input clones the voice and the reply plays to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn playground_clones_a_voice_from_a_recording() {
+    if let Err(why) = tokio::task::block_in_place(ensure_chromium) {
+        report_skip(&format!(
+            "playground_clones_a_voice_from_a_recording: {why}"
+        ));
+        return;
+    }
+    let t = TestServer::start(tts_server::server::ServerConfig {
+        model: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/models/tiny-1b7-base"
+        )
+        .into(),
+        ..config()
+    })
+    .await;
+    let profile = tempfile::tempdir().unwrap();
+    let d = Driver::start(profile.path()).await;
+    d.cmd("url", json!({"url": t.url("/")})).await;
+    eventually("the page asks for a recording", || async {
+        d.js("return !document.getElementById('clone').hidden")
+            .await
+            == true
+    })
+    .await;
+    assert_eq!(
+        d.js("return document.getElementById('instructions-row').hidden")
+            .await,
+        true
+    );
+    // without a recording: a clear error, nothing sent
+    d.js("document.getElementById('play').click(); return true")
+        .await;
+    eventually("the missing recording is reported", || async {
+        d.js("return window.playground.state").await == "error"
+    })
+    .await;
+    d.js(&format!(
+        "const b = Uint8Array.from(atob({}), c => c.charCodeAt(0)); \
+         const dt = new DataTransfer(); \
+         dt.items.add(new File([b], 'ref.wav', {{type: 'audio/wav'}})); \
+         document.getElementById('ref-audio').files = dt.files; \
+         document.getElementById('ref-text').value = 'A short test recording.'; \
+         document.getElementById('text').value = 'Hello there.'; \
+         document.getElementById('format').value = 'pcm'; \
+         document.getElementById('play').click(); return true",
+        json!(recording_b64())
+    ))
+    .await;
+    eventually("the cloned reply plays to the end", || async {
+        let s = d.js("return window.playground.state").await;
+        if s == "error" {
+            panic!(
+                "the page failed: {}",
+                d.js("return window.playground.error").await
+            );
+        }
+        s == "done"
+    })
+    .await;
+    let seconds = d.js("return window.playground.audioSeconds").await;
+    assert!(seconds.as_f64().is_some_and(|s| s > 0.0), "{seconds}");
+    d.quit().await;
     t.stop().await;
 }

@@ -41,12 +41,16 @@ async function loadCatalog() {
       fetch("/v1/audio/voices", { headers: headers() }).then((r) => r.json()),
       fetch("/v1/models", { headers: headers() }).then((r) => r.json()),
     ]);
+    const m = (models.data || [])[0] || {};
+    const base = m.kind === "Base"; // voice cloning: the voice comes from a recording
+    $("clone").hidden = !base;
+    $("instructions-row").hidden = base;
     const vsel = $("voice");
     for (const v of voices.voices || []) vsel.add(new Option(v, v));
-    if (!vsel.options.length) vsel.add(new Option("(set by instructions)", ""));
+    if (!vsel.options.length)
+      vsel.add(new Option(base ? "(cloned from the recording)" : "(set by instructions)", ""));
     const lsel = $("language");
     for (const l of voices.languages || ["auto"]) lsel.add(new Option(l, l));
-    const m = (models.data || [])[0] || {};
     $("model-line").textContent = "Model: " + (voices.model || m.root || "?");
     $("noise-warning").hidden = !m.random_weights;
   } catch (e) {
@@ -193,7 +197,19 @@ async function play(ev) {
     language: $("language").value || "auto",
   };
   if ($("voice").value) body.voice = $("voice").value;
-  if ($("instructions").value.trim()) body.instructions = $("instructions").value;
+  if (!$("instructions-row").hidden && $("instructions").value.trim())
+    body.instructions = $("instructions").value;
+  if (!$("clone").hidden) {
+    const file = $("ref-audio").files[0];
+    if (!file) {
+      playground.error = "choose a recording of the voice to clone";
+      setState("error", "error: " + playground.error);
+      return;
+    }
+    body.ref_audio = await dataUrl(file);
+    if ($("xvec-only").checked) body.x_vector_only_mode = true;
+    else body.ref_text = $("ref-text").value;
+  }
   if ($("seed").value.trim() !== "") body.seed = Number($("seed").value);
   if ($("speed").value !== "1") body.speed = Number($("speed").value);
   setState("requesting");
@@ -223,6 +239,16 @@ async function play(ev) {
   } finally {
     controller = null;
   }
+}
+
+// A file as a `data:` URI (base64), as `ref_audio` takes it.
+function dataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+    r.readAsDataURL(file);
+  });
 }
 
 $("form").addEventListener("submit", play);
