@@ -112,34 +112,6 @@ pub fn copy_rows(
     )
 }
 
-/// [`gather_rows`] from an f32 table.
-#[allow(clippy::too_many_arguments)]
-pub fn gather_rows_f32(
-    gpu: &Gpu,
-    table: u64,
-    width: usize,
-    ids: u64,
-    rows: usize,
-    out: u64,
-    ldo: usize,
-    accumulate: bool,
-) -> Result<(), CudaError> {
-    gpu.launch(
-        "gather_rows_f32",
-        (rows as u32, 1, 1),
-        256,
-        &[
-            Arg::P(table),
-            Arg::I(width as i32),
-            Arg::P(ids),
-            Arg::I(rows as i32),
-            Arg::P(out),
-            Arg::I(ldo as i32),
-            Arg::I(accumulate as i32),
-        ],
-    )
-}
-
 /// Embedding lookup from a bf16 table `[*, width]` into f32 rows:
 /// `out[r*ldo .. +width] (+)= table[ids[r]]` for `r < rows` (adds when `accumulate`);
 /// a negative id reads as a zero vector.
@@ -154,8 +126,48 @@ pub fn gather_rows(
     ldo: usize,
     accumulate: bool,
 ) -> Result<(), CudaError> {
-    gpu.launch(
+    gather(
+        gpu,
         "gather_rows",
+        (table, width),
+        (ids, rows),
+        (out, ldo),
+        accumulate,
+    )
+}
+
+/// [`gather_rows`] from an f32 table.
+#[allow(clippy::too_many_arguments)]
+pub fn gather_rows_f32(
+    gpu: &Gpu,
+    table: u64,
+    width: usize,
+    ids: u64,
+    rows: usize,
+    out: u64,
+    ldo: usize,
+    accumulate: bool,
+) -> Result<(), CudaError> {
+    gather(
+        gpu,
+        "gather_rows_f32",
+        (table, width),
+        (ids, rows),
+        (out, ldo),
+        accumulate,
+    )
+}
+
+fn gather(
+    gpu: &Gpu,
+    kernel: &'static str,
+    (table, width): (u64, usize),
+    (ids, rows): (u64, usize),
+    (out, ldo): (u64, usize),
+    accumulate: bool,
+) -> Result<(), CudaError> {
+    gpu.launch(
+        kernel,
         (rows as u32, 1, 1),
         256,
         &[

@@ -28,7 +28,7 @@ use stack::{CpuTensor, StackKv};
 use talker::Talker;
 
 /// Loads tensors as f32 host tensors.
-struct CpuLoader<'a>(&'a WeightSource);
+pub(crate) struct CpuLoader<'a>(pub(crate) &'a WeightSource);
 
 impl TensorLoader for CpuLoader<'_> {
     type T = CpuTensor;

@@ -8,6 +8,17 @@ use super::super::ops::{linear, Mat};
 use super::super::stack::CpuTensor;
 use crate::weights::{ConvW, SnakeW};
 
+/// PyTorch's conv weight `[out, in, k]` as one `[out, in]` matrix per tap.
+pub(crate) fn conv_taps(w: &CpuTensor) -> Vec<Mat> {
+    let (cout, cin, k) = (w.shape[0], w.shape[1], w.shape[2]);
+    (0..k)
+        .map(|j| {
+            let m = (0..cout * cin).map(|oi| w.data[oi * k + j]).collect();
+            Mat::new(m, cout, cin)
+        })
+        .collect()
+}
+
 /// Causal Conv1d, stride 1: `out[t] = b + Σ_j W[:, :, j] · x[t - (k-1-j)·d]`.
 #[derive(Debug, Clone)]
 pub struct CausalConv {
@@ -21,23 +32,11 @@ pub struct CausalConv {
 impl CausalConv {
     /// From PyTorch's `[out, in, k]` weight.
     pub fn new(w: ConvW<CpuTensor>, dilation: usize) -> Self {
-        let (cout, cin, k) = (w.weight.shape[0], w.weight.shape[1], w.weight.shape[2]);
-        let taps = (0..k)
-            .map(|j| {
-                let mut m = vec![0f32; cout * cin];
-                for o in 0..cout {
-                    for i in 0..cin {
-                        m[o * cin + i] = w.weight.data[(o * cin + i) * k + j];
-                    }
-                }
-                Mat::new(m, cout, cin)
-            })
-            .collect();
         Self {
-            taps,
+            taps: conv_taps(&w.weight),
+            cin: w.weight.shape[1],
             bias: w.bias.data,
             dilation,
-            cin,
         }
     }
 

@@ -6,7 +6,7 @@
 //! causal conv k7 (-> 1536) -> 4 × [SnakeBeta, causal ConvTranspose ×r, 3 residual units]
 //! -> SnakeBeta -> causal conv k7 (-> 1) -> clamp to [-1, 1]: 1920 samples per frame.
 
-mod conv;
+pub(crate) mod conv;
 mod transformer;
 
 use conv::{CausalConv, CausalTransConv, DepthwiseConv, Snake};

@@ -7,6 +7,7 @@
 use super::config::SpeakerEncoderConfig;
 use super::mel::reflect_index;
 use super::weights::{SeRes2NetW, SpeakerEncoderW};
+use crate::reference::codec::conv::conv_taps;
 use crate::reference::ops::{linear, Mat};
 use crate::reference::stack::CpuTensor;
 use crate::weights::ConvW;
@@ -27,20 +28,11 @@ pub struct SameConv {
 impl SameConv {
     /// From PyTorch's `[out, in, k]` weight.
     pub fn new(w: ConvW<CpuTensor>, dilation: usize) -> Self {
-        let (cout, cin, k) = (w.weight.shape[0], w.weight.shape[1], w.weight.shape[2]);
-        let taps = (0..k)
-            .map(|j| {
-                let m = (0..cout * cin)
-                    .map(|oi| w.weight.data[oi * k + j])
-                    .collect();
-                Mat::new(m, cout, cin)
-            })
-            .collect();
         Self {
-            taps,
+            taps: conv_taps(&w.weight),
+            cin: w.weight.shape[1],
             bias: w.bias.data,
             dilation,
-            cin,
         }
     }
 

@@ -16,10 +16,9 @@ use std::path::Path;
 pub use config::SpeakerEncoderConfig;
 pub use mel::{mel_spectrogram, MelExtractor, MelSpectrogram};
 
-use crate::checkpoint::{Init, WeightSource};
+use crate::checkpoint::WeightSource;
 use crate::error::ModelError;
-use crate::reference::stack::CpuTensor;
-use crate::weights::TensorLoader;
+use crate::reference::CpuLoader;
 use ecapa::Ecapa;
 use weights::SpeakerEncoderW;
 
@@ -43,20 +42,6 @@ pub enum ReferenceAudioError {
     },
 }
 
-/// Loads tensors as f32 host tensors.
-struct F32Loader<'a>(&'a WeightSource);
-
-impl TensorLoader for F32Loader<'_> {
-    type T = CpuTensor;
-    fn load(&mut self, name: &str, shape: &[usize], init: Init) -> Result<CpuTensor, ModelError> {
-        let t = self.0.tensor(name, shape, init)?;
-        Ok(CpuTensor {
-            data: t.to_f32(),
-            shape: t.shape,
-        })
-    }
-}
-
 /// The speaker encoder in f32: mel front end plus ECAPA-TDNN.
 #[derive(Debug, Clone)]
 pub struct SpeakerEncoder {
@@ -70,7 +55,7 @@ impl SpeakerEncoder {
     /// `model.safetensors`; bf16/f16 are widened to f32).
     pub fn load(config: &SpeakerEncoderConfig, weights: &WeightSource) -> Result<Self, ModelError> {
         config.validate(Path::new("config.json"))?;
-        let w = SpeakerEncoderW::load(config, &mut F32Loader(weights))?;
+        let w = SpeakerEncoderW::load(config, &mut CpuLoader(weights))?;
         Ok(Self {
             config: config.clone(),
             mel: MelExtractor::new(),
