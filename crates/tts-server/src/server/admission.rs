@@ -49,7 +49,11 @@ pub async fn cloned_voice(
             "this server's model does not clone voices",
         )
     })?;
-    cloning.voice(r).await.map(Some)
+    cloning.voice(r).await.map(Some).inspect_err(|e| {
+        if e.code == "queue_full" {
+            state.metrics().rejected("queue_full");
+        }
+    })
 }
 
 /// The engine request for `text` with these parameters (and the voice cloned for them).

@@ -3,12 +3,14 @@
 //! admitted, so a bad recording is a 400 like any other bad field. Decoding and both
 //! encoders run on a blocking thread, one recording at a time (they are CPU work beside the
 //! engine); the result is kept per distinct (recording, transcript, mode), so a client
-//! that sends the same reference again is not charged for it twice.
+//! that sends the same reference again is not charged for it twice. At most
+//! [`MAX_WAITING`] requests wait for the cloner; more are refused with a 429.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tts_model::clone::{CloneMode, VoiceCloner};
@@ -27,6 +29,8 @@ pub const MAX_REFERENCE_SECONDS: f32 = 30.0;
 pub const REFERENCE_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// Cloned voices kept.
 const CACHE_ENTRIES: usize = 64;
+/// Requests that may wait for the cloner at once; more are a 429.
+pub const MAX_WAITING: usize = 16;
 
 /// A request's reference recording, as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,23 +64,70 @@ struct CacheKey {
 /// The cloner of a Base model and its cache of cloned voices.
 pub struct Cloning {
     cloner: Arc<VoiceCloner>,
-    cache: Mutex<Cache>,
+    cache: Mutex<VoiceCache>,
     /// One recording at a time.
     permit: Semaphore,
+    /// Requests waiting for (or holding) the permit.
+    waiting: AtomicUsize,
 }
 
-#[derive(Default)]
-struct Cache {
+/// Counts a request among the waiting ones while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Cloned voices by key, the least recently used dropped first.
+struct VoiceCache {
     entries: HashMap<CacheKey, (Arc<ClonedVoice>, u64)>,
     clock: u64,
+    capacity: usize,
+}
+
+impl VoiceCache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            clock: 0,
+            capacity,
+        }
+    }
+
+    fn get(&mut self, key: CacheKey) -> Option<Arc<ClonedVoice>> {
+        self.clock += 1;
+        let now = self.clock;
+        self.entries.get_mut(&key).map(|(v, used)| {
+            *used = now;
+            Arc::clone(v)
+        })
+    }
+
+    fn insert(&mut self, key: CacheKey, voice: Arc<ClonedVoice>) {
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.entries.remove(&k);
+            }
+        }
+        self.clock += 1;
+        self.entries.insert(key, (voice, self.clock));
+    }
 }
 
 impl Cloning {
     pub fn new(cloner: VoiceCloner) -> Self {
         Self {
             cloner: Arc::new(cloner),
-            cache: Mutex::new(Cache::default()),
+            cache: Mutex::new(VoiceCache::new(CACHE_ENTRIES)),
             permit: Semaphore::new(1),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -86,6 +137,11 @@ impl Cloning {
         if let Some(v) = self.cached(key) {
             return Ok(v);
         }
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::queue_full(MAX_WAITING, Duration::from_secs(1)));
+        }
+        let _waiting = Waiting(&self.waiting);
         let _permit = self
             .permit
             .acquire()
@@ -114,31 +170,13 @@ impl Cloning {
     }
 
     fn cached(&self, key: CacheKey) -> Option<Arc<ClonedVoice>> {
-        let mut c = self.cache.lock().ok()?;
-        c.clock += 1;
-        let now = c.clock;
-        c.entries.get_mut(&key).map(|(v, used)| {
-            *used = now;
-            Arc::clone(v)
-        })
+        self.cache.lock().ok()?.get(key)
     }
 
     fn store(&self, key: CacheKey, voice: Arc<ClonedVoice>) {
-        let Ok(mut c) = self.cache.lock() else {
-            return;
-        };
-        if c.entries.len() >= CACHE_ENTRIES {
-            if let Some(oldest) = c
-                .entries
-                .iter()
-                .min_by_key(|(_, (_, t))| *t)
-                .map(|(k, _)| *k)
-            {
-                c.entries.remove(&oldest);
-            }
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(key, voice);
         }
-        let now = c.clock;
-        c.entries.insert(key, (voice, now));
     }
 }
 
@@ -161,4 +199,57 @@ fn clone_voice(cloner: &VoiceCloner, r: &ReferenceParams) -> Result<ClonedVoice,
                 ApiError::internal()
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use tts_model::prompt::SpeakerVector;
+
+    use super::*;
+
+    fn voice(x: f32) -> Arc<ClonedVoice> {
+        Arc::new(ClonedVoice {
+            speaker: Arc::new(SpeakerVector::new(vec![x])),
+            reference: None,
+        })
+    }
+
+    fn params(audio: &str, text: &str, mode: CloneMode) -> ReferenceParams {
+        ReferenceParams {
+            audio: Arc::from(audio),
+            text: Some(text.into()),
+            mode,
+        }
+    }
+
+    #[test]
+    fn the_cache_drops_the_least_recently_used_voice() {
+        let mut c = VoiceCache::new(2);
+        let [a, b, d] = ["a", "b", "d"].map(|x| params(x, "t", CloneMode::InContext).key());
+        c.insert(a, voice(1.0));
+        c.insert(b, voice(2.0));
+        assert!(c.get(a).is_some()); // a is now the most recent
+        c.insert(d, voice(3.0));
+        assert!(c.get(b).is_none(), "b was the least recently used");
+        assert_eq!(c.get(a).unwrap().speaker.values(), [1.0]);
+        assert_eq!(c.get(d).unwrap().speaker.values(), [3.0]);
+        // the same key again replaces its voice and evicts nothing
+        c.insert(d, voice(4.0));
+        assert_eq!(c.entries.len(), 2);
+        assert_eq!(c.get(d).unwrap().speaker.values(), [4.0]);
+        assert!(c.get(a).is_some());
+    }
+
+    #[test]
+    fn the_key_tells_recordings_transcripts_and_modes_apart() {
+        let base = params("UklGRg==", "hello", CloneMode::InContext);
+        assert_eq!(base.key(), base.clone().key());
+        for other in [
+            params("UklGRh==", "hello", CloneMode::InContext),
+            params("UklGRg==", "hullo", CloneMode::InContext),
+            params("UklGRg==", "hello", CloneMode::SpeakerOnly),
+        ] {
+            assert_ne!(base.key(), other.key());
+        }
+    }
 }
