@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A fresh server's start-up on the H200 (run from the repository root of the device
-# machine, binaries from bench/device-build.sh carried in .device-carry/): the codec
+# machine, binaries from `FIRST_CALLS=1 bash bench/device-build.sh` carried in .device-carry/,
+# gpu_parity and gpu_sampling left out to fit the 64 MiB carry): the codec
 # warm-up's GPU test, the codec's first passes per frame count without and with the
 # warm-up (examples/codec_first_calls.rs), then a fresh server at $RATE req/s twice (the
 # second run on the server the first one warmed; timelines of 10 s slices in each
