@@ -49,7 +49,9 @@ use crate::core::{Core, CoreSettings};
 use crate::engine::{EngineLoop, EngineShared, Warmup};
 use crate::error::{ConfigError, SubmitError, TextError};
 use crate::request::{Event, RequestId, SynthesisRequest};
-use crate::segment::{max_tokens_per_generation, split, FRAMES_PER_TOKEN_BUDGET};
+use crate::segment::{
+    max_tokens_per_generation, overhead_positions, split, FRAMES_PER_TOKEN_BUDGET,
+};
 use crate::state::{FrameLimit, Job, JobPrompt};
 use crate::text_input::TextSender;
 
@@ -361,8 +363,7 @@ impl EngineHandle {
         if fits || req.max_frames.is_some() {
             return Ok((prompt, chars, Vec::new()));
         }
-        // the positions that are not text (the voice head, the role and suffix tokens)
-        let overhead = prompt.head_len + 16;
+        let overhead = overhead_positions(&prompt);
         let max_tokens = max_tokens_per_generation(overhead, inner.max_positions, max_frames);
         let tokenizer = &inner.model.tokenizer;
         let count = |s: &str| tokenizer.encode(s).map_or(usize::MAX, |ids| ids.len());

@@ -6,6 +6,24 @@
 //! generations of whole sentences (the same voice, language and instructions), one after
 //! another in the same stream. Shorter texts are one generation, as before.
 
+use tts_model::Prompt;
+
+/// The prompt positions of a generation that are not its text's tokens, from the prompt of
+/// one text: a bound for every text spoken with the same voice. The voice head plus 16
+/// (the role and suffix tokens); an in-context clone adds its reference's transcript and
+/// frames, which every segment's prompt repeats (counted generously: the frames twice,
+/// for the stream layout whose text may be shorter than them).
+pub fn overhead_positions(prompt: &Prompt) -> usize {
+    match prompt.codec_context.len() {
+        0 => prompt.head_len + 16,
+        frames => {
+            (prompt.positions.len() + prompt.trailing_text.len() + frames)
+                .saturating_sub(prompt.body_len)
+                + 16
+        }
+    }
+}
+
 /// Frames budgeted per text token when deciding whether a text fits: real speech needs
 /// ~3.1 (0.25 s at 12.5 frames/s); the rest is margin for slow speakers and pauses.
 pub const FRAMES_PER_TOKEN_BUDGET: usize = 5;

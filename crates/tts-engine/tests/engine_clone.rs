@@ -102,3 +102,45 @@ fn cloned_voices_stream_exactly_what_synthesize_gives() {
         assert_eq!(counted, trimmed, "request {i}: trimmed samples");
     }
 }
+
+/// The overhead that sizes long texts' segments bounds every segment's prompt: for an
+/// in-context clone it counts the reference's transcript and frames, which the voice head
+/// alone (the bound for the other kinds) does not.
+#[test]
+fn segment_overhead_bounds_clone_prompts() {
+    use tts_engine::segment::overhead_positions;
+    let model = base_model();
+    let cloner = VoiceCloner::load(&model).unwrap().unwrap();
+    let audio = recording(1.3);
+    let long = "This sentence is here to make the text long. ".repeat(12);
+    let texts = ["Hi.", "A short one, with a comma.", long.as_str()];
+    for mode in [TextMode::Stream, TextMode::Prefill] {
+        for clone_mode in [CloneMode::InContext, CloneMode::SpeakerOnly] {
+            let voice = cloner
+                .clone_voice(&audio, 16_000, clone_mode, Some("Hello, how are you?"))
+                .unwrap();
+            let speech = |text: &str| SpeechRequest {
+                text: text.into(),
+                language: "english".into(),
+                text_mode: mode,
+                clone: Some(Arc::new(voice.clone())),
+                ..Default::default()
+            };
+            let whole = model.prompt(&speech(&long)).unwrap();
+            let overhead = overhead_positions(&whole);
+            for text in texts {
+                let p = model.prompt(&speech(text)).unwrap();
+                assert!(
+                    p.positions.len() <= overhead + p.body_len,
+                    "{mode:?} {clone_mode:?} {text:?}: {} positions, overhead {overhead} + {} tokens",
+                    p.positions.len(),
+                    p.body_len
+                );
+                if clone_mode == CloneMode::InContext && mode == TextMode::Prefill {
+                    // the voice head alone would not bound it
+                    assert!(p.positions.len() > p.head_len + 16 + p.body_len);
+                }
+            }
+        }
+    }
+}
