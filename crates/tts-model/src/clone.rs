@@ -62,10 +62,15 @@ impl VoiceCloner {
             return Err(RequestError::ReferenceTextRequired.into());
         }
         if let Some(i) = audio.iter().position(|x| !x.is_finite()) {
-            return Err(bad(format!("reference audio sample {i} is not a number")));
+            return Err(ModelError::bad_reference(format!(
+                "reference audio sample {i} is not a number"
+            )));
         }
         let audio = resample(audio, sample_rate, CLONE_SAMPLE_RATE)?;
-        let vector = self.speaker.embed(&audio).map_err(|e| bad(e.to_string()))?;
+        let vector = self
+            .speaker
+            .embed(&audio)
+            .map_err(|e| ModelError::bad_reference(e.to_string()))?;
         let reference = match (mode, transcript) {
             (CloneMode::InContext, Some(text)) => Some(VoiceReference {
                 frames: self.codec.encode(&audio)?,
@@ -80,10 +85,6 @@ impl VoiceCloner {
     }
 }
 
-fn bad(message: String) -> ModelError {
-    RequestError::BadReference(message).into()
-}
-
 /// `x` resampled from `from` Hz to `to` Hz (FFT resampler; `ceil(len * to / from)`
 /// samples, delay removed). The reference uses `librosa.resample` (soxr), so a resampled
 /// recording is close to, not the same as, the reference's.
@@ -92,9 +93,13 @@ pub fn resample(x: &[f32], from: u32, to: u32) -> Result<Vec<f32>, ModelError> {
         return Ok(x.to_vec());
     }
     if from == 0 || to == 0 {
-        return Err(bad(format!("cannot resample {from} Hz audio to {to} Hz")));
+        return Err(ModelError::bad_reference(format!(
+            "cannot resample {from} Hz audio to {to} Hz"
+        )));
     }
-    let err = |e: &dyn std::fmt::Display| bad(format!("resampling {from} Hz audio: {e}"));
+    let err = |e: &dyn std::fmt::Display| {
+        ModelError::bad_reference(format!("resampling {from} Hz audio: {e}"))
+    };
     let mut r =
         FftFixedIn::<f32>::new(from as usize, to as usize, 1024, 2, 1).map_err(|e| err(&e))?;
     let delay = r.output_delay();

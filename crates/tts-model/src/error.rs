@@ -47,6 +47,13 @@ pub enum ModelError {
     Request(#[from] RequestError),
 }
 
+impl ModelError {
+    /// A voice-clone reference recording that cannot be used ([`RequestError::BadReference`]).
+    pub(crate) fn bad_reference(message: impl Into<String>) -> Self {
+        RequestError::BadReference(message.into()).into()
+    }
+}
+
 /// A request that cannot be served as asked. Every variant is the client's to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {

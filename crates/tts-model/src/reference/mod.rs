@@ -24,6 +24,7 @@ use crate::sampling::{choose, draw_uniform, process_talker_logits, SamplingParam
 use crate::weights::{CodePredictorW, CodecW, DecoderLayerW, TalkerW, TensorLoader};
 use code_predictor::CodePredictor;
 use codec::{CodecDecoder, CodecState};
+use ops::add_assign;
 use stack::{CpuTensor, StackKv};
 use talker::Talker;
 
@@ -95,16 +96,17 @@ impl CpuModel {
                 row.copy_from_slice(&text[ti * h..(ti + 1) * h]);
                 ti += 1;
             }
-            let add = |row: &mut [f32], v: &[f32]| row.iter_mut().zip(v).for_each(|(o, v)| *o += v);
             match pos.codec {
                 None => {}
-                Some(CodecInput::Id(c)) if c < codec_vocab => add(row, self.talker.codec_vector(c)),
+                Some(CodecInput::Id(c)) if c < codec_vocab => {
+                    add_assign(row, self.talker.codec_vector(c))
+                }
                 Some(CodecInput::Frame(f))
                     if f[0] < codec_vocab && f[1..].iter().all(|&c| c < cp_vocab) =>
                 {
-                    add(row, &self.frame_embedding(&f))
+                    add_assign(row, &self.frame_embedding(&f))
                 }
-                Some(CodecInput::Speaker(key)) => add(row, prompt.speaker_values(key, h)?),
+                Some(CodecInput::Speaker(key)) => add_assign(row, prompt.speaker_values(key, h)?),
                 Some(_) => return Err("prompt codec id out of range".into()),
             }
         }
@@ -126,12 +128,7 @@ impl CpuModel {
     pub fn frame_embedding(&self, frame: &Frame) -> Vec<f32> {
         let mut e = self.talker.codec_vector(frame[0]).to_vec();
         for j in 0..NUM_CODE_GROUPS - 1 {
-            for (a, b) in e
-                .iter_mut()
-                .zip(self.code_predictor.embedding(j, frame[j + 1]))
-            {
-                *a += b;
-            }
+            add_assign(&mut e, self.code_predictor.embedding(j, frame[j + 1]));
         }
         e
     }

@@ -277,6 +277,16 @@ pub fn attention(q: &[f32], first: usize, kv: &LayerKv, d: &AttnDims) -> Vec<f32
     out
 }
 
+/// `h += scale ⊙ y` per row (a layer scale: one factor per channel).
+pub fn scaled_add(h: &mut [f32], y: &[f32], scale: &[f32]) {
+    let c = scale.len();
+    for (hr, yr) in h.chunks_mut(c).zip(y.chunks(c)) {
+        for ((a, b), s) in hr.iter_mut().zip(yr).zip(scale) {
+            *a += s * b;
+        }
+    }
+}
+
 /// Adds `b` to `a` element-wise.
 pub fn add_assign(a: &mut [f32], b: &[f32]) {
     for (x, y) in a.iter_mut().zip(b) {

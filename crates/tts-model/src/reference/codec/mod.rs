@@ -18,6 +18,23 @@ use crate::backend::Frame;
 use crate::config::CodecConfig;
 use crate::weights::{CodecW, RvqW};
 
+/// Floor of `cluster_usage` (`MimiEuclideanCodebook.epsilon`).
+const USAGE_EPSILON: f32 = 1e-5;
+
+/// A codebook's vectors, `embedding_sum / max(cluster_usage, 1e-5)`, `[bins, dim]` (the
+/// decoder's and the encoder's quantizers alike).
+pub(crate) fn codebook_vectors(sum: CpuTensor, usage: &[f32]) -> Mat {
+    let (bins, dim) = (sum.shape[0], sum.shape[1]);
+    let mut data = sum.data;
+    for (row, u) in data.chunks_mut(dim).zip(usage) {
+        let d = u.max(USAGE_EPSILON);
+        for v in row.iter_mut() {
+            *v /= d;
+        }
+    }
+    Mat::new(data, bins, dim)
+}
+
 /// One residual vector quantizer's decode side.
 #[derive(Debug, Clone)]
 struct Rvq {
@@ -32,17 +49,7 @@ impl Rvq {
         let codebooks = w
             .codebooks
             .into_iter()
-            .map(|(sum, usage)| {
-                let (bins, dim) = (sum.shape[0], sum.shape[1]);
-                let mut data = sum.data;
-                for (row, u) in data.chunks_mut(dim).zip(&usage.data) {
-                    let d = u.max(1e-5);
-                    for v in row.iter_mut() {
-                        *v /= d;
-                    }
-                }
-                Mat::new(data, bins, dim)
-            })
+            .map(|(sum, usage)| codebook_vectors(sum, &usage.data))
             .collect();
         let op = w.output_proj;
         let (rows, cols) = (op.shape[0], op.shape[1]);

@@ -3,7 +3,9 @@
 //! LayerScale residuals, SwiGLU. Streaming keeps the last `window - 1` keys/values per
 //! layer with their absolute positions, so chunked decoding equals whole decoding.
 
-use super::super::ops::{attention, linear, rms_norm, swiglu, AttnDims, LayerKv, Mat, Rope};
+use super::super::ops::{
+    attention, linear, rms_norm, scaled_add, swiglu, AttnDims, LayerKv, Mat, Rope,
+};
 use super::super::stack::CpuTensor;
 use crate::config::CodecDecoderConfig;
 use crate::weights::{CodecLayerW, LinearW};
@@ -128,15 +130,5 @@ impl CodecTransformer {
         st.pos += t;
         let hn = rms_norm(&h, &self.norm, self.eps);
         linear(&hn, t, &self.output_proj.0, Some(&self.output_proj.1))
-    }
-}
-
-/// `h += scale ⊙ y` per row.
-fn scaled_add(h: &mut [f32], y: &[f32], scale: &[f32]) {
-    let c = scale.len();
-    for (hr, yr) in h.chunks_mut(c).zip(y.chunks(c)) {
-        for ((a, b), s) in hr.iter_mut().zip(yr).zip(scale) {
-            *a += s * b;
-        }
     }
 }

@@ -8,9 +8,10 @@
 use rayon::prelude::*;
 
 use super::super::ops::{dot, Mat};
-use super::super::stack::CpuTensor;
 use crate::checkpoint::{Init, WeightSource};
 use crate::error::ModelError;
+use crate::reference::CpuLoader;
+use crate::weights::TensorLoader;
 
 /// How the padding is filled (`torch.nn.functional.pad` modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,14 +63,15 @@ impl Conv1d {
     /// Loads `{prefix}.weight` (and `{prefix}.bias` when the spec has one).
     pub fn load(src: &WeightSource, prefix: &str, spec: ConvSpec) -> Result<Self, ModelError> {
         let fan_in = spec.cin * spec.kernel;
-        let w = load(
-            src,
+        let w = CpuLoader(src).load(
             &format!("{prefix}.weight"),
             &[spec.cout, spec.cin, spec.kernel],
             Init::FanIn(fan_in),
         )?;
         let bias = if spec.bias {
-            load(src, &format!("{prefix}.bias"), &[spec.cout], Init::Bias)?.data
+            CpuLoader(src)
+                .load(&format!("{prefix}.bias"), &[spec.cout], Init::Bias)?
+                .data
         } else {
             vec![0.0; spec.cout]
         };
@@ -201,20 +203,6 @@ pub fn elu(x: &mut [f32]) {
             *v = v.exp_m1();
         }
     }
-}
-
-/// Reads a tensor as f32.
-pub fn load(
-    src: &WeightSource,
-    name: &str,
-    shape: &[usize],
-    init: Init,
-) -> Result<CpuTensor, ModelError> {
-    let t = src.tensor(name, shape, init)?;
-    Ok(CpuTensor {
-        data: t.to_f32(),
-        shape: t.shape,
-    })
 }
 
 #[cfg(test)]

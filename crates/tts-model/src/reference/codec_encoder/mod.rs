@@ -22,7 +22,7 @@ use transformer::Transformer;
 use crate::backend::Frame;
 use crate::checkpoint::WeightSource;
 use crate::config::{CodecConfig, NUM_CODE_GROUPS};
-use crate::error::{ModelError, RequestError};
+use crate::error::ModelError;
 use crate::model::Model;
 
 /// The encoder half of the speech tokenizer.
@@ -98,7 +98,7 @@ impl CodecEncoder {
         check_audio(audio)?;
         let r = self.num_frames(audio.len());
         if r == 0 {
-            return Err(bad_reference(format!(
+            return Err(ModelError::bad_reference(format!(
                 "reference audio of {} samples is too short for one code frame",
                 audio.len()
             )));
@@ -128,17 +128,13 @@ impl CodecEncoder {
     }
 }
 
-fn bad_reference(message: String) -> ModelError {
-    ModelError::Request(RequestError::BadReference(message))
-}
-
 /// Non-empty and finite.
 fn check_audio(audio: &[f32]) -> Result<(), ModelError> {
     if audio.is_empty() {
-        return Err(bad_reference("reference audio is empty".into()));
+        return Err(ModelError::bad_reference("reference audio is empty"));
     }
     if let Some(i) = audio.iter().position(|v| !v.is_finite()) {
-        return Err(bad_reference(format!(
+        return Err(ModelError::bad_reference(format!(
             "reference audio sample {i} is not a finite number"
         )));
     }

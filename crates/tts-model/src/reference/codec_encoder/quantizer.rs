@@ -7,14 +7,13 @@
 //! `embed_sum / max(cluster_usage, 1e-5)`. Codes are the semantic ones then the acoustic
 //! ones; only the first `encoder_valid_num_quantizers` are computed.
 
+use super::super::codec::codebook_vectors;
 use super::super::ops::{linear, Mat};
-use super::conv::load;
 use crate::checkpoint::{Init, WeightSource};
 use crate::config::CodecConfig;
 use crate::error::ModelError;
-
-/// Floor of `cluster_usage` (`MimiEuclideanCodebook.epsilon`).
-const USAGE_EPSILON: f32 = 1e-5;
+use crate::reference::CpuLoader;
+use crate::weights::TensorLoader;
 
 #[derive(Debug, Clone)]
 struct Codebook {
@@ -68,8 +67,7 @@ impl Rvq {
         );
         let p = format!("encoder.quantizer.{name}");
         let input_proj = if dim != hidden {
-            let w = load(
-                src,
+            let w = CpuLoader(src).load(
                 &format!("{p}.input_proj.weight"),
                 &[dim, hidden, 1],
                 Init::FanIn(hidden),
@@ -81,28 +79,16 @@ impl Rvq {
         let codebooks = (0..used)
             .map(|i| {
                 let cb = format!("{p}.layers.{i}.codebook");
-                let sum = load(
-                    src,
-                    &format!("{cb}.embed_sum"),
-                    &[bins, dim],
-                    Init::Embedding,
-                )?;
-                let usage = load(src, &format!("{cb}.cluster_usage"), &[bins], Init::Usage)?;
-                let mut data = sum.data;
-                for (row, u) in data.chunks_mut(dim).zip(&usage.data) {
-                    let d = u.max(USAGE_EPSILON);
-                    for v in row.iter_mut() {
-                        *v /= d;
-                    }
-                }
-                let norms = data
+                let mut l = CpuLoader(src);
+                let sum = l.load(&format!("{cb}.embed_sum"), &[bins, dim], Init::Embedding)?;
+                let usage = l.load(&format!("{cb}.cluster_usage"), &[bins], Init::Usage)?;
+                let embed = codebook_vectors(sum, &usage.data);
+                let norms = embed
+                    .data
                     .chunks(dim)
                     .map(|r| r.iter().map(|v| v * v).sum())
                     .collect();
-                Ok(Codebook {
-                    embed: Mat::new(data, bins, dim),
-                    norms,
-                })
+                Ok(Codebook { embed, norms })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(Self {

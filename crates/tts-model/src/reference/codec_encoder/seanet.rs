@@ -6,6 +6,7 @@
 //! then ELU and conv k3 (-> hidden). A residual block is
 //! `x + conv_k1(ELU(conv_k3_dilated(ELU(x))))` with a `C / compress` wide middle.
 
+use super::super::ops::add_assign;
 use super::conv::{elu, Conv1d, ConvSpec, PadMode};
 use crate::checkpoint::WeightSource;
 use crate::config::CodecConfig;
@@ -136,9 +137,7 @@ impl Seanet {
                         Some(s) => s.forward(&x),
                         None => x,
                     };
-                    for (a, b) in res.iter_mut().zip(&h) {
-                        *a += b;
-                    }
+                    add_assign(&mut res, &h);
                     res
                 }
             };

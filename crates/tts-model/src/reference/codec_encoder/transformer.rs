@@ -6,11 +6,14 @@
 //! scaled by `1/sqrt(head_dim)`, causal over every earlier position: the configured
 //! `sliding_window` is not applied by the official eager/SDPA attention without a cache.
 
-use super::super::ops::{attention, gelu, layer_norm, linear, AttnDims, LayerKv, Mat, Rope};
-use super::conv::load;
+use super::super::ops::{
+    attention, gelu, layer_norm, linear, scaled_add, AttnDims, LayerKv, Mat, Rope,
+};
 use crate::checkpoint::{Init, WeightSource};
 use crate::config::CodecConfig;
 use crate::error::ModelError;
+use crate::reference::CpuLoader;
+use crate::weights::TensorLoader;
 
 /// A projection with an optional bias.
 #[derive(Debug, Clone)]
@@ -54,15 +57,21 @@ impl Transformer {
         let e = &cfg.encoder;
         let (h, hd) = (e.hidden_size, e.head_dim());
         let (qd, kvd) = (e.num_attention_heads * hd, e.num_key_value_heads * hd);
-        let vec = |name: &str, init| load(src, name, &[h], init).map(|t| t.data);
+        let vec = |name: &str, init| CpuLoader(src).load(name, &[h], init).map(|t| t.data);
         let mat = |name: &str, rows: usize, cols: usize| {
-            load(src, name, &[rows, cols], Init::FanIn(cols)).map(|t| Mat::new(t.data, rows, cols))
+            CpuLoader(src)
+                .load(name, &[rows, cols], Init::FanIn(cols))
+                .map(|t| Mat::new(t.data, rows, cols))
         };
         let proj = |name: &str, rows: usize, cols: usize| -> Result<Proj, ModelError> {
             Ok(Proj {
                 w: mat(&format!("{name}.weight"), rows, cols)?,
                 b: if e.attention_bias {
-                    Some(load(src, &format!("{name}.bias"), &[rows], Init::Bias)?.data)
+                    Some(
+                        CpuLoader(src)
+                            .load(&format!("{name}.bias"), &[rows], Init::Bias)?
+                            .data,
+                    )
                 } else {
                     None
                 },
@@ -138,15 +147,5 @@ impl Transformer {
             scaled_add(&mut h, &linear(&m, t, &l.fc2, None), &l.mlp_scale);
         }
         h
-    }
-}
-
-/// `h += scale ⊙ y` per row.
-fn scaled_add(h: &mut [f32], y: &[f32], scale: &[f32]) {
-    let c = scale.len();
-    for (hr, yr) in h.chunks_mut(c).zip(y.chunks(c)) {
-        for ((a, b), s) in hr.iter_mut().zip(yr).zip(scale) {
-            *a += s * b;
-        }
     }
 }

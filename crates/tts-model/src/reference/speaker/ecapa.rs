@@ -8,7 +8,7 @@ use super::config::SpeakerEncoderConfig;
 use super::mel::reflect_index;
 use super::weights::{SeRes2NetW, SpeakerEncoderW};
 use crate::reference::codec::conv::conv_taps;
-use crate::reference::ops::{linear, Mat};
+use crate::reference::ops::{add_assign, linear, Mat};
 use crate::reference::stack::CpuTensor;
 use crate::weights::ConvW;
 
@@ -74,10 +74,7 @@ impl SameConv {
         let mut out: Vec<f32> = self.bias.iter().copied().cycle().take(t * cout).collect();
         for (j, tap) in self.taps.iter().enumerate() {
             let off = j * self.dilation * cin;
-            let y = linear(&src[off..off + t * cin], t, tap, None);
-            for (o, v) in out.iter_mut().zip(&y) {
-                *o += v;
-            }
+            add_assign(&mut out, &linear(&src[off..off + t * cin], t, tap, None));
         }
         out
     }
@@ -150,9 +147,7 @@ impl SeRes2Net {
                 *v *= 1.0 / (1.0 + (-g).exp());
             }
         }
-        for (v, r) in h.iter_mut().zip(x) {
-            *v += r;
-        }
+        add_assign(&mut h, x);
         h
     }
 
@@ -168,9 +163,7 @@ impl SeRes2Net {
                 .flat_map(|row| row[g * w..(g + 1) * w].iter().copied())
                 .collect();
             if g >= 2 {
-                for (p, q) in part.iter_mut().zip(&prev) {
-                    *p += q;
-                }
+                add_assign(&mut part, &prev);
             }
             if g >= 1 {
                 part = self.res2net[g - 1].tdnn(&part, t);
