@@ -150,9 +150,13 @@ impl CudaBackend {
         // `passes` keeps a pass within the largest batch, so its row bucket holds it
         let (tokens, rows) = (token_bucket(n), self.bucket(jobs.len()));
         debug_assert!(rows >= jobs.len());
-        let extra = ExtraRows::for_pass(jobs.iter().map(|j| (j.tokens(), &j.extra[..])));
+        // (only cloned-voice prompts have extra rows: the other passes build no table)
+        let extra = jobs
+            .iter()
+            .any(|j| !j.extra.is_empty())
+            .then(|| ExtraRows::for_pass(jobs.iter().map(|j| (j.tokens(), &j.extra[..]))));
         // a pass with extra rows runs eagerly (the graphs' inputs are ids only)
-        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens && extra.is_empty();
+        let padded = self.opts.graphs && tokens <= limits.max_prefill_tokens && extra.is_none();
         let pad = self.info.tts_pad_token_id as i32;
         let plan = pass_plan(jobs, pad, padded.then_some((tokens, rows)));
         let kind = GraphKind::Prefill { rows };
@@ -164,9 +168,7 @@ impl CudaBackend {
         let mut extra_bufs = None;
         if padded {
             self.run(kind, tokens)?;
-        } else if extra.is_empty() {
-            prefill(&self.gpu, &self.talker, &self.ws, n, jobs.len(), self.rules)?;
-        } else {
+        } else if let Some(extra) = extra {
             let bufs = (self.gpu.upload(&extra.table)?, self.gpu.upload(&extra.ids)?);
             let ptrs = (bufs.0.ptr, bufs.1.ptr);
             extra_bufs = Some(bufs);
@@ -178,6 +180,8 @@ impl CudaBackend {
                 ptrs,
                 self.rules,
             )?;
+        } else {
+            prefill(&self.gpu, &self.talker, &self.ws, n, jobs.len(), self.rules)?;
         }
         let codes = self.gpu.read(&self.ws.codes, jobs.len())?;
         drop(extra_bufs);
