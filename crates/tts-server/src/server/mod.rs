@@ -66,7 +66,7 @@ impl Server {
             let config = config.clone();
             tokio::task::spawn_blocking(move || load_model(&config)).await??
         };
-        let state = AppState::new(config.clone(), model, catalog, metrics).with_cloning(cloning);
+        let state = AppState::new(config.clone(), model, catalog, metrics, cloning);
         let listener = TcpListener::bind((config.host.as_str(), config.port))
             .await
             .with_context(|| format!("cannot listen on {}:{}", config.host, config.port))?;

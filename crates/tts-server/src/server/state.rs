@@ -10,7 +10,7 @@ use tts_engine::EnginePool;
 use tts_model::Model;
 
 use super::catalog::Catalog;
-use super::cloning::Cloning;
+use super::cloning::{Cloning, REFERENCE_BODY_BYTES};
 use super::config::ServerConfig;
 use super::metrics::ServerMetrics;
 use super::params::Limits;
@@ -45,11 +45,13 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
+    /// `cloning`: the voice cloner of a Base model (`None` for the other kinds).
     pub fn new(
         config: ServerConfig,
         model: Arc<Model>,
         catalog: Catalog,
         metrics: ServerMetrics,
+        cloning: Option<Cloning>,
     ) -> Self {
         let (shutdown_tx, _) = watch::channel(false);
         Self {
@@ -62,22 +64,22 @@ impl AppState {
                 shutting_down: AtomicBool::new(false),
                 shutdown_tx,
                 sessions: Tracker::default(),
-                cloning: None,
+                cloning: cloning.map(Arc::new),
             }),
         }
-    }
-
-    /// The state with a voice cloner (before it is shared).
-    pub fn with_cloning(mut self, cloning: Option<Cloning>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.cloning = cloning.map(Arc::new);
-        }
-        self
     }
 
     /// The voice cloner, for a Base model.
     pub fn cloning(&self) -> Option<&Arc<Cloning>> {
         self.inner.cloning.as_ref()
+    }
+
+    /// Bytes a request may add for a reference recording: none unless the model clones.
+    pub fn reference_bytes(&self) -> usize {
+        match self.cloning() {
+            Some(_) => REFERENCE_BODY_BYTES,
+            None => 0,
+        }
     }
 
     pub fn config(&self) -> &ServerConfig {

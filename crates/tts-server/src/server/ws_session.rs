@@ -470,7 +470,7 @@ mod tests {
         let config = ServerConfig::default();
         let model = Arc::new(tts_model::Model::load("demo", Default::default()).unwrap());
         let catalog = Catalog::new(&model, &[], &[]).unwrap();
-        let state = AppState::new(config, model, catalog, ServerMetrics::new().unwrap());
+        let state = AppState::new(config, model, catalog, ServerMetrics::new().unwrap(), None);
         let s = state.clone();
         tokio::task::spawn_blocking(move || super::super::start_engine(&s))
             .await

@@ -433,7 +433,7 @@ async fn not_ready_is_503_with_retry_after() {
     let model = Arc::new(tts_model::Model::load("demo", Default::default()).unwrap());
     let catalog = Catalog::new(&model, &[], &cfg.model_aliases).unwrap();
     // No engine yet: the state of a server that is still warming up.
-    let state = AppState::new(cfg, model, catalog, ServerMetrics::new().unwrap());
+    let state = AppState::new(cfg, model, catalog, ServerMetrics::new().unwrap(), None);
     let router = app(state.clone());
     let req = |method: &str, uri: &str, body: &str| {
         axum::http::Request::builder()

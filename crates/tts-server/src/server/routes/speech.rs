@@ -32,12 +32,7 @@ pub async fn speech(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     check_content_type(&headers)?;
-    let limit = body_limit(state.config().max_input_chars)
-        + if state.cloning().is_some() {
-            crate::server::cloning::REFERENCE_BODY_BYTES
-        } else {
-            0
-        };
+    let limit = body_limit(state.config().max_input_chars) + state.reference_bytes();
     let bytes = read_body(body, limit, state.config().timeouts.body_read).await?;
     let json = parse_json(&bytes)?;
     let p = params::speech(&json, state.catalog(), state.limits())?;

@@ -26,12 +26,7 @@ pub async fn stream(
         Ok(ws) => ws,
         Err(e) => return ApiError::upgrade_required(e.body_text()).into_response(),
     };
-    let max = MAX_MESSAGE_BYTES
-        + if state.cloning().is_some() {
-            crate::server::cloning::REFERENCE_BODY_BYTES
-        } else {
-            0
-        };
+    let max = MAX_MESSAGE_BYTES + state.reference_bytes();
     ws.max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| session(state, socket, id))
