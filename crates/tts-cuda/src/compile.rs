@@ -17,6 +17,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../kernels/common.cuh")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("gemv_staged.cu", include_str!("../kernels/gemv_staged.cu")),
+    ("mlp_fused.cu", include_str!("../kernels/mlp_fused.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
     // after mma.cu: its fragments
     ("mma_staged.cu", include_str!("../kernels/mma_staged.cu")),
@@ -31,6 +32,8 @@ pub const SOURCES: &[(&str, &str)] = &[
         "attention_row.cu",
         include_str!("../kernels/attention_row.cu"),
     ),
+    // after attention.cu: its fused_attention_body
+    ("attention_o.cu", include_str!("../kernels/attention_o.cu")),
     ("embed.cu", include_str!("../kernels/embed.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),

@@ -54,6 +54,10 @@ pub const KERNELS: &[&str] = &[
     "gemv_m8",
     "gemv_m1_pre",
     "gemv_staged_m1",
+    "mlp_fused_m1",
+    "mlp_stream_m1",
+    "attention_o_m1",
+    "attention_o_m1_f32",
     "gemv8_m1",
     "gemv8_m2",
     "mma_linear_t1",
@@ -357,8 +361,14 @@ impl Gpu {
             let mma = crate::linear::STAGED_MMA_KERNELS
                 .iter()
                 .map(|&(k, _)| (k, crate::linear::STAGED_MMA_MAX_SMEM));
-            let sizes =
-                std::iter::once(("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM)).chain(mma);
+            let sizes = [
+                ("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM),
+                ("mlp_fused_m1", crate::linear::FUSED_MLP_MAX_SMEM),
+                ("attention_o_m1", crate::stack::ATTENTION_O_MAX_SMEM),
+                ("attention_o_m1_f32", crate::stack::ATTENTION_O_MAX_SMEM),
+            ]
+            .into_iter()
+            .chain(mma);
             usable("staged GEMV and MMA", allow_smem(&funcs, sizes))
         };
         tracing::info!(%name, %arch, clusters, tiles, tile_wg, wides, staged, "CUDA device ready");

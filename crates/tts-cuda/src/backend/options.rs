@@ -89,6 +89,15 @@ pub struct CudaOptions {
     /// product loop (the talker step's O -> gate/up and down -> next QKV;
     /// `linear::norm_chain`). Off: each norms its own input.
     pub chain_gemv: bool,
+    /// Which one-row MLPs run as one launch, gate/up and down fused (`mlp_fused.cu`, where
+    /// the shapes fit): those of stage calls that stage their weights (`staged_gemv`: the
+    /// code predictor's steps by default; its slices in shared memory), the others (the
+    /// talker's steps; its slices streamed). Not fused: gate/up then down.
+    pub fused_mlp: crate::linear::FusedMlp,
+    /// A one-row step of a staged stage call over a cache held in shared memory (the code
+    /// predictor's) runs its attention and O projection as one launch (`attention_o.cu`).
+    /// Off: the short-cache attention kernel, then the O GEMV.
+    pub fused_attention_o: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -279,6 +288,8 @@ impl Default for CudaOptions {
             chain_attention: true,
             chain_tile: true,
             chain_gemv: true,
+            fused_mlp: crate::linear::FusedMlp::default(),
+            fused_attention_o: true,
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,

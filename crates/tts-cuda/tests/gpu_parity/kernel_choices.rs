@@ -1,6 +1,6 @@
 //! Whole stage calls on each kernel choice against the path it replaces: chained split
 //! rows, tile chains, row and grouped attention, the GEMV's norm chain, the code
-//! predictor's QKV table, the staged GEMV and MMA.
+//! predictor's QKV table, the staged GEMV and MMA, the fused MLP.
 
 use super::*;
 use crate::lock_step::*;
@@ -158,6 +158,70 @@ fn gemv_norm_chain_matches_the_fused_norm() {
     }
 }
 
+/// One-row stage calls with their MLPs in one launch (`CudaOptions::fused_mlp`: the code
+/// predictor's steps on `mlp_fused_m1`, the default, and the talker's on `mlp_stream_m1`)
+/// compute what gate/up then down compute: one request, f32 caches, identical sampled
+/// codes for 6 frames and last-head logits within 1e-4, on the full-size 1.7B geometry
+/// (the demo model's shapes do not fit the kernels: both runs take the same path there).
+#[test]
+fn fused_mlp_stages_match_the_separate_gemvs() {
+    let test = "fused_mlp_stages_match_the_separate_gemvs";
+    let opts = |fused: &str| CudaOptions {
+        fused_mlp: fused.parse().unwrap(),
+        ..options(true)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, 1, 2, |_| {
+            "One request, its MLPs in one launch a layer.".to_string()
+        });
+        let seeds = [331u64];
+        let Some(apart) = lock_step_on(&model, test, opts("0"), &prompts, &seeds, 6) else {
+            return;
+        };
+        for fused in ["staged", "1"] {
+            let run = lock_step_on(&model, test, opts(fused), &prompts, &seeds, 6).unwrap();
+            let what = format!("fused MLP {fused}");
+            let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
+            eprintln!("{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}");
+        }
+    }
+}
+
+/// One-row code-predictor steps with their attention and O projection in one launch
+/// (`CudaOptions::fused_attention_o`, the default: `attention_o.cu`, the O projection
+/// split by head and summed in fixed point) compute what the short-cache attention kernel
+/// and the O GEMV compute: one request, identical sampled codes for 6 frames and last-head
+/// logits within 1e-4, with f32 caches and with the production bf16 ones (its own kernel
+/// for each), on the demo model and the full-size 1.7B geometry.
+#[test]
+fn fused_attention_o_stages_match_the_separate_kernels() {
+    let test = "fused_attention_o_stages_match_the_separate_kernels";
+    let opts = |exact, fused_attention_o| CudaOptions {
+        fused_attention_o,
+        ..options(exact)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, 1, 2, |_| {
+            "One request, its code predictor attending and projecting at once.".to_string()
+        });
+        let seeds = [332u64];
+        for (caches, exact) in [("f32", true), ("bf16", false)] {
+            let Some(apart) = lock_step_on(&model, test, opts(exact, false), &prompts, &seeds, 6)
+            else {
+                return;
+            };
+            let fused = lock_step_on(&model, test, opts(exact, true), &prompts, &seeds, 6).unwrap();
+            let what = format!("attention + O, {caches} caches");
+            let worst = assert_same_run_on_another_path(&what, name, &fused, &apart, 1e-4);
+            eprintln!(
+                "{test}: {name}, {caches} caches: 6 frames identical, logits rel err {worst:.2e}"
+            );
+        }
+    }
+}
+
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
 /// head of its group, `CudaOptions::group_attention`) computes what one block per q head
 /// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same
@@ -242,11 +306,14 @@ fn staged_gemv_stages_match_the_gemv_stages() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
         // (the staged MMA off: it takes the 2-token linear layers of a one-row call's
         // first step, and its sums differ from the GEMV's; the GEMV's norm chain off: the
-        // staged GEMV does not take it, and it sums the norm in another order)
+        // staged GEMV does not take it, and it sums the norm in another order; the fused
+        // MLP and attention + O off: they sum the down and O projections in another order)
         let opts = |staged: &str| CudaOptions {
             staged_gemv: staged.parse().unwrap(),
             staged_mma_rows: 0,
             chain_gemv: false,
+            fused_mlp: "0".parse().unwrap(),
+            fused_attention_o: false,
             ..options(false)
         };
         let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));

@@ -15,6 +15,7 @@ mod common;
 
 mod cloning;
 mod codes;
+mod fused_mlp;
 mod kernel_choices;
 mod linear;
 mod lock_step;

@@ -1,0 +1,84 @@
+// attention_o.cu — a one-row step's attention and O projection in one launch, for caches
+// short enough to sit in shared memory (the code predictor's steps):
+//
+//   x += O · attention(q, k, v)
+//
+// where fused_attention_short then the O GEMV take two dependent launches. Grid (heads,
+// chunks): block (h, c) copies the O weights of head h's columns for output rows
+// [c·orows, (c+1)·orows) into shared memory before the PDL wait, runs head h's attention
+// (fused_attention_body: QK-norm, RoPE, the new K/V stored by the chunk-0 block of the
+// group's first head, attention over the held cache), then adds that head's share of its
+// rows in fixed point (common.cuh: the same bits every run); the last block in adds the
+// sums to the residual row. Each head's attention is computed by every chunk's block (a
+// few KB of cache each): splitting the O projection by head makes that the only repeat,
+// where computing every head in every O block (tried in 2026-12-03-h200-attention-in-o)
+// repeated all of them.
+//
+// The O tile's rows are hd + 8 bf16 apart in shared memory, so the 16-byte loads of a
+// quarter warp (one row each, the same columns) fall in distinct banks.
+
+#define AO_PAD 8
+
+template <typename KV, bool HO>
+__device__ __forceinline__ void attention_o_body(
+    const float* __restrict__ qkv, int ldq, const int* __restrict__ slots,
+    const int* __restrict__ positions, const float* __restrict__ q_norm,
+    const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq, int heads,
+    int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, const bf16* __restrict__ Wo, int H,
+    int orows, float* x, unsigned long long* sums, unsigned int* arrived) {
+    extern __shared__ __align__(16) unsigned char s_wo_raw[];
+    __shared__ __align__(16) float s_attn[128];
+    const bf16* s_wo = (const bf16*)s_wo_raw;  // [orows][hd + AO_PAD]
+    const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x;
+    const int n0 = c * orows, per_row = hd / 8, ld = hd + AO_PAD;
+    // 1. the O tile: rows n0.., columns h·hd..
+    {
+        const unsigned base = smem_addr(s_wo_raw);
+        const size_t qd = (size_t)heads * hd;
+        for (int i = tid; i < orows * per_row; i += blockDim.x) {
+            const int n = i / per_row, p = i % per_row;
+            cp_async16(base + (n * ld + p * 8) * 2, Wo + (size_t)(n0 + n) * qd + h * hd + p * 8, 16);
+        }
+        cp_async_commit();
+    }
+    // 2. head h's attention into s_attn (the body waits for the previous kernel first)
+    const bool live = slots[0] >= 0;
+    fused_attention_body<KV, false, FA_SPOS, HO, false>(
+        h, 0, qkv, ldq, 1, 1, slots, positions, q_norm, k_norm, eps, inv_freq, heads, kvh, hd,
+        k_cache, v_cache, max_pos, s_attn, 0, c == 0, h);
+    if (!live) {
+        pdl_wait();
+        pdl_trigger();
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    // 3. this head's share of the block's rows, in fixed point; the last block adds them
+    for (int n = tid; live && n < orows; n += blockDim.x) {
+        float p = 0.f;
+        for (int q = 0; q < per_row; q++) {
+            const uint4 u = *(const uint4*)(s_wo + (size_t)n * ld + q * 8);
+            float wf[8];
+            unpack8(u, wf);
+#pragma unroll
+            for (int i = 0; i < 8; i++) p = fmaf(wf[i], s_attn[q * 8 + i], p);
+        }
+        fixed_add(sums, n0 + n, p);
+    }
+    fixed_fold_last(sums, arrived, x, H);
+}
+
+#define AO_ENTRY(NAME, KV, HO)                                                                  \
+    extern "C" __global__ void __launch_bounds__(128) NAME(                                     \
+        const float* __restrict__ qkv, int ldq, const int* __restrict__ slots,                  \
+        const int* __restrict__ positions, const float* __restrict__ q_norm,                    \
+        const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq,        \
+        int heads, int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos,                      \
+        const bf16* __restrict__ Wo, int H, int orows, float* x, unsigned long long* sums,      \
+        unsigned int* arrived) {                                                                \
+        attention_o_body<KV, HO>(qkv, ldq, slots, positions, q_norm, k_norm, eps, inv_freq,     \
+                                 heads, kvh, hd, k_cache, v_cache, max_pos, Wo, H, orows, x,    \
+                                 sums, arrived);                                                \
+    }
+// as fused_attention_short: the bf16 cache kernel without the long-cache path
+AO_ENTRY(attention_o_m1, bf16, true)
+AO_ENTRY(attention_o_m1_f32, float, false)

@@ -1,0 +1,201 @@
+// mlp_fused.cu — a decoder layer's whole MLP for one row in one launch:
+//
+//   x += down( silu(gate(norm(x))) · up(norm(x)) )
+//
+// where the staged path (gemv_staged.cu) takes two dependent launches, gate/up then down.
+// Block b owns the intermediate columns [b·ipb, (b+1)·ipb): it copies their gate/up rows
+// and the matching ipb-wide slice of every down row into shared memory before the PDL
+// wait, then computes its ipb activations and their share of all H outputs. The shares
+// are summed across blocks in 64-bit fixed point (common.cuh's fixed_add: the same bits
+// every run), and the last block to arrive adds the sums to the residual row.
+//
+// Why: at one row a stage is a chain of short dependent launches, each costing a few µs
+// beyond its weight traffic (gemv_staged.cu); this removes one of the five per layer.
+//
+// Shapes (`linear::mlp` checks them): H a multiple of 256, at most 256·MLP_MAX_STEPS; ipb a
+// multiple of 8, at most MLP_MAX_IPB, dividing I. Gate/up rows come in pairs (2j, 2j+1) =
+// (gate_j, up_j), as `Act::SwigluPairs` reads them. The gate/up sums are formed as
+// gemv_staged.cu forms them (x·g products in lane order, then a warp sum, then 1 / rms).
+
+#define MLP_WARPS 8
+#define MLP_MAX_STEPS 8
+#define MLP_MAX_IPB 64
+
+extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
+    const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
+    const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,
+    unsigned int* arrived, int early) {
+    extern __shared__ __align__(16) unsigned char s_w[];
+    __shared__ float s_act[MLP_MAX_IPB];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int j0 = blockIdx.x * ipb;
+    bf16* s_gu = (bf16*)s_w;                  // [2·ipb][H]
+    bf16* s_d = s_gu + (size_t)2 * ipb * H;  // [H][ipb]
+    // 1. the weights: 2·ipb contiguous gate/up rows, then ipb columns of each down row
+    {
+        const unsigned gu = smem_addr(s_gu), dn = smem_addr(s_d);
+        const bf16* src = Wgu + (size_t)2 * j0 * H;
+        const int gu_chunks = 2 * ipb * H / 8;
+        for (int c = tid; c < gu_chunks; c += blockDim.x) cp_async16(gu + c * 16, src + (size_t)c * 8, 16);
+        const int per_row = ipb / 8, d_chunks = H * per_row;
+        for (int c = tid; c < d_chunks; c += blockDim.x) {
+            const int n = c / per_row, part = c % per_row;
+            cp_async16(dn + c * 16, Wd + (size_t)n * I + j0 + part * 8, 16);
+        }
+        cp_async_commit();
+    }
+    if (early) pdl_trigger();
+    pdl_wait();
+    if (!early) pdl_trigger();
+
+    // 2. the row, its gains applied, in every warp (lane octets, 256-wide steps), and Σ x²
+    const int steps = H / 256;
+    float xin[MLP_MAX_STEPS][8];
+    float sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < MLP_MAX_STEPS; j++) {
+        if (j < steps) {
+            const int idx = lane * 8 + j * 256;
+            const float4* xp = (const float4*)(x + idx);
+            const float4* gp = (const float4*)(norm_w + idx);
+            const float4 a = xp[0], b = xp[1], ga = gp[0], gb = gp[1];
+            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                sq = fmaf(xv[i], xv[i], sq);
+                xin[j][i] = xv[i] * gv[i];
+            }
+        }
+    }
+    const float inv = 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // 3. the activations: warp w takes column pairs w, w + 8, ...
+    for (int q = warp; q < ipb; q += MLP_WARPS) {
+        float acc[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < MLP_MAX_STEPS; j++) {
+            if (j >= steps) break;
+            const int idx = lane * 8 + j * 256;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const uint4 u = *(const uint4*)(s_gu + (size_t)(2 * q + r) * H + idx);
+                float wf[8];
+                unpack8(u, wf);
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[r] = fmaf(xin[j][i], wf[i], acc[r]);
+            }
+        }
+        const float g = warp_sum(acc[0]) * inv, u = warp_sum(acc[1]) * inv;
+        if (lane == 0) s_act[q] = linear_act(g, u, 2, false, 0.f, 0.f);
+    }
+    __syncthreads();
+
+    // 4. this block's share of every output, added in fixed point; the last block in adds
+    //    the sums to the row
+    for (int n = tid; n < H; n += blockDim.x) {
+        float p = 0.f;
+        for (int c = 0; c < ipb; c += 8) {
+            const uint4 u = *(const uint4*)(s_d + (size_t)n * ipb + c);
+            float wf[8];
+            unpack8(u, wf);
+#pragma unroll
+            for (int i = 0; i < 8; i++) p = fmaf(wf[i], s_act[c + i], p);
+        }
+        fixed_add(sums, n, p);
+    }
+    fixed_fold_last(sums, arrived, x, H);
+}
+
+// mlp_stream_m1: the same MLP for layers whose slices do not fit shared memory (the 1.7B
+// talker's, 2048 wide with 6144 columns): the same grid, sums and order of products, but
+// the gate/up rows stream from memory into registers, a column pair at a time per warp
+// (the first pair loaded before the PDL wait), and the block's down slices are asked into
+// L2 at the start so its last phase reads them from there.
+extern "C" __global__ void __launch_bounds__(256) mlp_stream_m1(
+    const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
+    const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,
+    unsigned int* arrived, int early) {
+    __shared__ float s_act[MLP_MAX_IPB];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int j0 = blockIdx.x * ipb, steps = H / 256;
+    // 1. the down slices into L2 (ipb bf16 of each row: at most two 128-byte lines)
+    for (int n = tid; n < H; n += blockDim.x) {
+        const bf16* row = Wd + (size_t)n * I + j0;
+        prefetch_l2(row);
+        prefetch_l2(row + ipb - 1);
+    }
+    // ... and this warp's first column pair into registers
+    uint4 w[2][MLP_MAX_STEPS];
+    auto load_pair = [&](int q) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int j = 0; j < MLP_MAX_STEPS; j++)
+                if (j < steps)
+                    w[r][j] = __ldg((const uint4*)(Wgu + (size_t)(2 * (j0 + q) + r) * H + lane * 8 +
+                                                   j * 256));
+    };
+    if (warp < ipb) load_pair(warp);
+    if (early) pdl_trigger();
+    pdl_wait();
+    if (!early) pdl_trigger();
+
+    // 2. the row, its gains applied, and Σ x² (as mlp_fused_m1)
+    float xin[MLP_MAX_STEPS][8];
+    float sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < MLP_MAX_STEPS; j++) {
+        if (j < steps) {
+            const int idx = lane * 8 + j * 256;
+            const float4* xp = (const float4*)(x + idx);
+            const float4* gp = (const float4*)(norm_w + idx);
+            const float4 a = xp[0], b = xp[1], ga = gp[0], gb = gp[1];
+            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                sq = fmaf(xv[i], xv[i], sq);
+                xin[j][i] = xv[i] * gv[i];
+            }
+        }
+    }
+    const float inv = 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
+
+    // 3. the activations: warp w takes column pairs w, w + 8, ..., the next pair's loads
+    //    issued before this one's sums
+    for (int q = warp; q < ipb; q += MLP_WARPS) {
+        float acc[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < MLP_MAX_STEPS; j++) {
+            if (j >= steps) break;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float wf[8];
+                unpack8(w[r][j], wf);
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[r] = fmaf(xin[j][i], wf[i], acc[r]);
+            }
+        }
+        if (q + MLP_WARPS < ipb) load_pair(q + MLP_WARPS);
+        const float g = warp_sum(acc[0]) * inv, u = warp_sum(acc[1]) * inv;
+        if (lane == 0) s_act[q] = linear_act(g, u, 2, false, 0.f, 0.f);
+    }
+    __syncthreads();
+
+    // 4. this block's share of every output from the slices in L2, then the fold
+    for (int n = tid; n < H; n += blockDim.x) {
+        const bf16* row = Wd + (size_t)n * I + j0;
+        float p = 0.f;
+        for (int c = 0; c < ipb; c += 8) {
+            float wf[8];
+            unpack8(__ldg((const uint4*)(row + c)), wf);
+#pragma unroll
+            for (int i = 0; i < 8; i++) p = fmaf(wf[i], s_act[c + i], p);
+        }
+        fixed_add(sums, n, p);
+    }
+    fixed_fold_last(sums, arrived, x, H);
+}

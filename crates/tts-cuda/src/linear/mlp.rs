@@ -1,0 +1,212 @@
+//! The one-row fused MLP (`mlp_fused.cu`): a decoder layer's gate/up and down projections
+//! in one launch instead of two, `x += down(silu(gate(norm x)) · up(norm x))`, each block
+//! owning a slice of the intermediate columns and adding its share of every output in
+//! fixed point (the same bits every run). Two kernels: `mlp_fused_m1` for one-row calls of
+//! the stages that stage their weights (`SmallCall::Staged`: the code predictor's steps by
+//! default), its slices copied into shared memory before the PDL wait; `mlp_stream_m1` for
+//! the other one-row calls (talker steps), its slices streamed. Each where the shapes fit
+//! and `LinearPaths::fused_mlp` asks for it.
+
+use super::{GemmScratch, Linear, Rows};
+use crate::device::{Arg, Gpu};
+use crate::error::CudaError;
+
+/// Most bytes of weights a `mlp_fused.cu` block holds: with the next layer's staged QKV
+/// tile (`STAGED_MAX_SMEM`) beside it, still inside one multiprocessor's 227 KiB.
+pub const FUSED_MLP_MAX_SMEM: usize = 144 << 10;
+
+/// `MLP_MAX_STEPS` and `MLP_MAX_IPB` of `mlp_fused.cu`.
+const MAX_HIDDEN: usize = 256 * 8;
+const MAX_COLS_PER_BLOCK: usize = 64;
+
+/// Which one-row MLPs run as one launch (`CudaOptions::fused_mlp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FusedMlp {
+    /// Those of staged stage calls (`mlp_fused_m1`).
+    pub staged: bool,
+    /// The others (`mlp_stream_m1`).
+    pub stream: bool,
+}
+
+impl Default for FusedMlp {
+    fn default() -> Self {
+        Self {
+            staged: true,
+            stream: false,
+        }
+    }
+}
+
+impl std::str::FromStr for FusedMlp {
+    type Err = String;
+
+    /// `0` (neither), `staged`, `stream` or `1` (both).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (staged, stream) = match s.trim() {
+            "0" | "off" | "none" => (false, false),
+            "staged" => (true, false),
+            "stream" => (false, true),
+            "1" | "on" | "both" => (true, true),
+            other => return Err(format!("{other:?}: expected 0, staged, stream or 1")),
+        };
+        Ok(Self { staged, stream })
+    }
+}
+
+/// How `mlp_fused_m1` (`smem` bytes of weights a block) or `mlp_stream_m1` (`smem` 0)
+/// covers a layer: `blocks` blocks of `cols_per_block` intermediate columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlpPlan {
+    pub blocks: usize,
+    pub cols_per_block: usize,
+    pub smem: usize,
+}
+
+/// The fused MLP's cover of a layer of width `hidden` and `inter` intermediate columns on
+/// `sms` multiprocessors: the fewest columns per block (a multiple of 8 dividing `inter`)
+/// that needs at most one block per multiprocessor, or None when the shape does not fit
+/// the kernels (width a multiple of 256 up to 2048, at most 64 columns a block; with
+/// `staged`, at most [`FUSED_MLP_MAX_SMEM`] bytes of weights a block).
+pub fn fused_mlp_plan(hidden: usize, inter: usize, sms: usize, staged: bool) -> Option<MlpPlan> {
+    if hidden == 0 || !hidden.is_multiple_of(256) || hidden > MAX_HIDDEN || sms == 0 {
+        return None;
+    }
+    let cols = (8..=MAX_COLS_PER_BLOCK)
+        .step_by(8)
+        .find(|&c| inter.is_multiple_of(c) && inter / c <= sms)?;
+    // gate and up rows (2 · cols · hidden) and the down rows' slices (hidden · cols), bf16
+    let smem = if staged { 6 * cols * hidden } else { 0 };
+    (smem <= FUSED_MLP_MAX_SMEM).then_some(MlpPlan {
+        blocks: inter / cols,
+        cols_per_block: cols,
+        smem,
+    })
+}
+
+/// The plan for one row `x` through `gate_up` (SwiGLU row pairs) and `down`, when the call
+/// takes a fused MLP: one 16-byte-aligned row, the kernel for the call (staged or not)
+/// asked for, bf16 weights (no FP8 codes), no biases, matching shapes that fit.
+pub fn fused_mlp_call(
+    gpu: &Gpu,
+    scratch: &GemmScratch,
+    (gate_up, down): (&Linear, &Linear),
+    x: Rows,
+    norm: bool,
+) -> Option<MlpPlan> {
+    let (hidden, inter) = (gate_up.k, down.k);
+    let staged = gpu.staged_gemv();
+    let fp8_codes =
+        |l: &Linear, m_norm: bool| l.fp8.is_some() && scratch.paths.fp8_codes(1, l.n, l.k, m_norm);
+    let takes = x.count == 1
+        && x.ptr.is_multiple_of(16)
+        && if staged {
+            scratch.paths.fused_mlp.staged
+        } else {
+            scratch.paths.fused_mlp.stream
+        }
+        && gate_up.n == 2 * inter
+        && down.n == hidden
+        && hidden <= scratch.mlp_sums.len
+        && gate_up.bias.is_none()
+        && down.bias.is_none()
+        && !fp8_codes(gate_up, norm)
+        && !fp8_codes(down, false);
+    takes
+        .then(|| fused_mlp_plan(hidden, inter, gpu.sm_count as usize, staged))
+        .flatten()
+}
+
+/// `x += down(silu(gate(norm x)) · up(norm x))` for the one row `x` in one launch of
+/// `mlp_fused_m1`, or `mlp_stream_m1` for a plan without shared memory (`plan` from
+/// [`fused_mlp_call`]). `early`: the very next launch is a
+/// linear layer's kernel, which reads nothing but weights before its wait, so this one
+/// lets it launch at once (see `gemv_staged.cu`).
+pub fn fused_mlp(
+    gpu: &Gpu,
+    scratch: &GemmScratch,
+    (gate_up, down): (&Linear, &Linear),
+    x: Rows,
+    (norm, eps): (u64, f32),
+    plan: MlpPlan,
+    early: bool,
+) -> Result<(), CudaError> {
+    scratch.forget_ready();
+    let (sums, arrived) = scratch.row_sums();
+    gpu.launch_reading(
+        (gate_up.w.ptr, gate_up.bf16_bytes() + down.bf16_bytes()),
+        if plan.smem > 0 {
+            "mlp_fused_m1"
+        } else {
+            "mlp_stream_m1"
+        },
+        (plan.blocks as u32, 1, 1),
+        256,
+        plan.smem as u32,
+        None,
+        &[
+            Arg::P(gate_up.w.ptr),
+            Arg::P(down.w.ptr),
+            Arg::I(gate_up.k as i32),
+            Arg::I(down.k as i32),
+            Arg::I(plan.cols_per_block as i32),
+            Arg::P(norm),
+            Arg::F(eps),
+            Arg::P(x.ptr),
+            Arg::P(sums),
+            Arg::P(arrived),
+            Arg::I(i32::from(early)),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fused_mlp_plan, FusedMlp, MlpPlan, FUSED_MLP_MAX_SMEM};
+
+    /// The code predictor's MLP (and the 0.6B talker's: 1024 wide, 3072 columns) takes 128
+    /// blocks of 24 columns on the H200's 132 multiprocessors; the 1.7B talker's (2048 ×
+    /// 6144) does not fit a block's shared memory; widths the lanes cannot split do not fit.
+    #[test]
+    fn plans_cover_the_release_shapes() {
+        assert_eq!(
+            fused_mlp_plan(1024, 3072, 132, true),
+            Some(MlpPlan {
+                blocks: 128,
+                cols_per_block: 24,
+                smem: 147_456
+            })
+        );
+        assert!(fused_mlp_plan(2048, 6144, 132, true).is_none());
+        // ... which streams its slices: 128 blocks of 48 columns
+        let talker = fused_mlp_plan(2048, 6144, 132, false).expect("streams");
+        assert_eq!(
+            (talker.blocks, talker.cols_per_block, talker.smem),
+            (128, 48, 0)
+        );
+        for (h, i) in [(64, 128), (1000, 3072), (4096, 3072), (0, 8)] {
+            assert!(fused_mlp_plan(h, i, 132, false).is_none(), "{h}x{i}");
+        }
+        // fewer multiprocessors: wider slices, within the limits
+        for (h, i, sms) in [(1024, 3072, 128), (512, 1536, 32), (256, 1000, 132)] {
+            let p = fused_mlp_plan(h, i, sms, true).expect("fits");
+            assert_eq!(p.blocks * p.cols_per_block, i);
+            assert!(p.blocks <= sms && p.cols_per_block.is_multiple_of(8));
+            assert!(p.smem <= FUSED_MLP_MAX_SMEM);
+        }
+    }
+
+    /// Each choice of `QWEN3_TTS_FUSED_MLP` parses; anything else is refused.
+    #[test]
+    fn fused_mlp_choices_parse() {
+        for (s, staged, stream) in [
+            ("0", false, false),
+            ("staged", true, false),
+            ("stream", false, true),
+            ("1", true, true),
+        ] {
+            let v: FusedMlp = s.parse().expect(s);
+            assert_eq!((v.staged, v.stream), (staged, stream), "{s}");
+        }
+        assert!("yes".parse::<FusedMlp>().is_err());
+    }
+}
