@@ -1,16 +1,19 @@
-// attention_o.cu — a one-row step's attention and O projection in one launch, for caches
-// short enough to sit in shared memory (the code predictor's steps):
+// attention_o.cu — the attention and O projection of a step of a few rows of one token
+// each, in one launch, for caches short enough to sit in shared memory (the code
+// predictor's steps):
 //
-//   x += O · attention(q, k, v)
+//   x[r] += O · attention(q[r], k, v)
 //
-// where fused_attention_short then the O GEMV take two dependent launches. Grid (heads,
-// chunks): block (h, c) copies the O weights of head h's columns for output rows
-// [c·orows, (c+1)·orows) into shared memory before the PDL wait, runs head h's attention
+// where fused_attention_short then the O projection take two dependent launches. Grid
+// (heads, chunks, rows): block (h, c, r) copies the O weights of head h's columns for
+// output rows [c·orows, (c+1)·orows) into shared memory before the PDL wait, runs row r's
+// head h attention
 // (fused_attention_body: QK-norm, RoPE, the new K/V stored by the chunk-0 block of the
 // group's first head, attention over the held cache), then adds that head's share of its
 // rows in fixed point (common.cuh: the same bits every run); the last block in adds the
-// sums to the residual row. Each head's attention is computed by every chunk's block (a
-// few KB of cache each): splitting the O projection by head makes that the only repeat,
+// sums to the residual rows (x, ldx apart). Each head's attention is computed by every
+// chunk's block (a few KB of cache each): splitting the O projection by head makes that
+// the only repeat,
 // where computing every head in every O block (tried in 2026-12-03-h200-attention-in-o)
 // repeated all of them.
 //
@@ -25,11 +28,11 @@ __device__ __forceinline__ void attention_o_body(
     const int* __restrict__ positions, const float* __restrict__ q_norm,
     const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq, int heads,
     int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, const bf16* __restrict__ Wo, int H,
-    int orows, float* x, unsigned long long* sums, unsigned int* arrived) {
+    int orows, int rows, float* x, int ldx, unsigned long long* sums, unsigned int* arrived) {
     extern __shared__ __align__(16) unsigned char s_wo_raw[];
     __shared__ __align__(16) float s_attn[128];
     const bf16* s_wo = (const bf16*)s_wo_raw;  // [orows][hd + AO_PAD]
-    const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x;
+    const int h = blockIdx.x, c = blockIdx.y, r = blockIdx.z, tid = threadIdx.x;
     const int n0 = c * orows, per_row = hd / 8, ld = hd + AO_PAD;
     // 1. the O tile: rows n0.., columns h·hd..
     {
@@ -41,10 +44,11 @@ __device__ __forceinline__ void attention_o_body(
         }
         cp_async_commit();
     }
-    // 2. head h's attention into s_attn (the body waits for the previous kernel first)
-    const bool live = slots[0] >= 0;
+    // 2. row r's head h attention into s_attn (the body waits for the previous kernel
+    //    first; a padding row, slot -1, has none)
+    const bool live = r < rows && slots[r] >= 0;
     fused_attention_body<KV, false, FA_SPOS, HO, false>(
-        h, 0, qkv, ldq, 1, 1, slots, positions, q_norm, k_norm, eps, inv_freq, heads, kvh, hd,
+        h, r, qkv, ldq, rows, 1, slots, positions, q_norm, k_norm, eps, inv_freq, heads, kvh, hd,
         k_cache, v_cache, max_pos, s_attn, 0, c == 0, h);
     if (!live) {
         pdl_wait();
@@ -62,9 +66,9 @@ __device__ __forceinline__ void attention_o_body(
 #pragma unroll
             for (int i = 0; i < 8; i++) p = fmaf(wf[i], s_attn[q * 8 + i], p);
         }
-        fixed_add(sums, n0 + n, p);
+        fixed_add(sums, r * H + n0 + n, p);
     }
-    fixed_fold_last(sums, arrived, x, H);
+    fixed_fold_last(sums, arrived, x, H, rows, ldx);
 }
 
 #define AO_ENTRY(NAME, KV, HO)                                                                  \
@@ -73,11 +77,11 @@ __device__ __forceinline__ void attention_o_body(
         const int* __restrict__ positions, const float* __restrict__ q_norm,                    \
         const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq,        \
         int heads, int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos,                      \
-        const bf16* __restrict__ Wo, int H, int orows, float* x, unsigned long long* sums,      \
-        unsigned int* arrived) {                                                                \
+        const bf16* __restrict__ Wo, int H, int orows, int rows, float* x, int ldx,             \
+        unsigned long long* sums, unsigned int* arrived) {                                      \
         attention_o_body<KV, HO>(qkv, ldq, slots, positions, q_norm, k_norm, eps, inv_freq,     \
-                                 heads, kvh, hd, k_cache, v_cache, max_pos, Wo, H, orows, x,    \
-                                 sums, arrived);                                                \
+                                 heads, kvh, hd, k_cache, v_cache, max_pos, Wo, H, orows, rows, \
+                                 x, ldx, sums, arrived);                                        \
     }
 // as fused_attention_short: the bf16 cache kernel without the long-cache path
 AO_ENTRY(attention_o_m1, bf16, true)

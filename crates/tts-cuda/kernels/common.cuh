@@ -231,8 +231,9 @@ __device__ __forceinline__ void fixed_add(unsigned long long* sums, int n, float
 }
 
 // Every thread of every block calls this once its fixed_add calls are issued (it holds
-// block barriers): the last block in adds sums[0..n) to x[0..n).
-__device__ void fixed_fold_last(unsigned long long* sums, unsigned int* arrived, float* x, int n) {
+// block barriers): the last block in adds sums[r·n + i] to x[r·ldx + i] for rows r < rows.
+__device__ void fixed_fold_last(unsigned long long* sums, unsigned int* arrived, float* x, int n,
+                                int rows, int ldx) {
     __shared__ int s_last;
     __threadfence();
     __syncthreads();
@@ -241,9 +242,9 @@ __device__ void fixed_fold_last(unsigned long long* sums, unsigned int* arrived,
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = threadIdx.x; i < rows * n; i += blockDim.x) {
         const long long s = (long long)atomicExch(sums + i, 0ull);
-        x[i] += (float)((double)s * (1.0 / 4294967296.0));
+        x[(size_t)(i / n) * ldx + i % n] += (float)((double)s * (1.0 / 4294967296.0));
     }
     if (threadIdx.x == 0) *arrived = 0u;
 }

@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
         }
         fixed_add(sums, n, p);
     }
-    fixed_fold_last(sums, arrived, x, H);
+    fixed_fold_last(sums, arrived, x, H, 1, H);
 }
 
 // mlp_stream_m1: the same MLP for layers whose slices do not fit shared memory (the 1.7B
@@ -197,5 +197,5 @@ extern "C" __global__ void __launch_bounds__(256) mlp_stream_m1(
         }
         fixed_add(sums, n, p);
     }
-    fixed_fold_last(sums, arrived, x, H);
+    fixed_fold_last(sums, arrived, x, H, 1, H);
 }

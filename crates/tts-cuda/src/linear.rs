@@ -227,6 +227,11 @@ impl GemmScratch {
         (self.mlp_sums.ptr, self.mlp_arrived.ptr)
     }
 
+    /// How many values the fixed-point row sums hold (rows × width).
+    pub(crate) fn row_sums_len(&self) -> usize {
+        self.mlp_sums.len
+    }
+
     /// Drops what an earlier call left for the next linear call: a fused launch that takes
     /// the place of linear calls (`fused_mlp`, `stack`'s attention with the O projection)
     /// is not that call, nor is the call after it.

@@ -11,8 +11,8 @@ use crate::error::CudaError;
 use crate::linear::{fused_mlp, fused_mlp_call, linear, linear_then, Act, NextLinear, Rows};
 use crate::weights::{DevLayer, DevStack};
 use crate::workspace::Workspace;
-pub use attention_o::ATTENTION_O_MAX_SMEM;
 use attention_o::{attention_o, attention_o_call};
+pub use attention_o::{ATTENTION_O_MAX_ROWS, ATTENTION_O_MAX_SMEM};
 
 /// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in
 /// attention.cu).
@@ -121,12 +121,11 @@ pub fn run_layers(
         let mlp = (&layer.gate_up, &layer.down);
         let fused = fused_mlp_call(gpu, &ws.scratch, mlp, x, true);
         // one launch for the attention and the O projection where it takes the row
-        let short_row = mode == (Attention::Fused { tokens_per_row: 1 })
-            && tok.n == 1
+        let short_rows = mode == (Attention::Fused { tokens_per_row: 1 })
             && kv.max_pos <= SHORT_CACHE_POSITIONS
             && !by_group;
-        let with_o = short_row
-            .then(|| attention_o_call(gpu, &ws.scratch, &layer.o, d))
+        let with_o = short_rows
+            .then(|| attention_o_call(gpu, &ws.scratch, &layer.o, d, tok.n))
             .flatten();
         if let Some(plan) = with_o {
             let qkv = (ws.qkv.ptr, ldq);
@@ -137,7 +136,7 @@ pub fn run_layers(
                 &norm_rope_kv,
                 (&layer.o, d, plan),
                 f32_kv,
-                tok.x,
+                (tok.x, h, tok.n),
             )?;
         } else {
             let cache = (kv, (kc, vc));

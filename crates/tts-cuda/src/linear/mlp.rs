@@ -106,7 +106,7 @@ pub fn fused_mlp_call(
         }
         && gate_up.n == 2 * inter
         && down.n == hidden
-        && hidden <= scratch.mlp_sums.len
+        && hidden <= scratch.row_sums_len()
         && gate_up.bias.is_none()
         && down.bias.is_none()
         && !fp8_codes(gate_up, norm)

@@ -1,8 +1,9 @@
-//! A one-row step's attention and O projection in one launch (`attention_o.cu`), for the
-//! short caches held in shared memory (the code predictor's): grid (heads, chunks of O
-//! rows), each block one head's attention and that head's share of its rows, summed across
-//! heads in fixed point. Taken by staged stage calls (`SmallCall::Staged`) of one row where
-//! the shapes fit and `LinearPaths::fused_attention_o` is on.
+//! The attention and O projection of a step of up to [`ATTENTION_O_MAX_ROWS`] rows of one
+//! token each in one launch (`attention_o.cu`), for the short caches held in shared memory
+//! (the code predictor's): grid (heads, chunks of O rows, rows), each block one row's head's
+//! attention and that head's share of its O rows, summed across heads in fixed point.
+//! Taken by staged stage calls (`SmallCall::Staged`, `StagedMma`) where the shapes fit and
+//! `LinearPaths::fused_attention_o` is on.
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
@@ -12,6 +13,8 @@ use tts_model::config::StackDims;
 /// Most bytes of O weights a block copies (its dynamic shared memory; `Gpu::open` lets the
 /// kernels take that beside their ~25 KB of static shared memory).
 pub const ATTENTION_O_MAX_SMEM: usize = 40 << 10;
+/// Most rows a call takes (each row's blocks copy the O tiles again).
+pub const ATTENTION_O_MAX_ROWS: usize = 4;
 /// Row padding of the O tile in shared memory (`AO_PAD`).
 const PAD: usize = 8;
 
@@ -49,19 +52,22 @@ pub fn attention_o_plan(
         })
 }
 
-/// The plan for one row's attention + O projection `o` of a stack of `dims`, when the call
-/// takes it: a staged stage call, the path on, the O weights bf16 without bias or FP8
-/// codes, shapes that fit.
+/// The plan for the attention + O projection `o` of `rows` rows of a stack of `dims`,
+/// when the call takes it: a staged stage call of at most [`ATTENTION_O_MAX_ROWS`] rows,
+/// the path on, the O weights bf16 without bias or FP8 codes, shapes that fit.
 pub fn attention_o_call(
     gpu: &Gpu,
     scratch: &GemmScratch,
     o: &Linear,
     dims: &StackDims,
+    rows: usize,
 ) -> Option<AoPlan> {
-    let takes = scratch.paths.fused_attention_o
+    let takes = (1..=ATTENTION_O_MAX_ROWS).contains(&rows)
+        && rows * dims.hidden <= scratch.row_sums_len()
+        && scratch.paths.fused_attention_o
         && gpu.staged_gemv()
         && o.bias.is_none()
-        && !(o.fp8.is_some() && scratch.paths.fp8_codes(1, o.n, o.k, false))
+        && !(o.fp8.is_some() && scratch.paths.fp8_codes(rows, o.n, o.k, false))
         && o.n == dims.hidden
         && o.k == dims.q_dim();
     takes
@@ -76,10 +82,11 @@ pub fn attention_o_call(
         .flatten()
 }
 
-/// `x += O · attention(...)` for one row of a stack of `dims`: `norm_rope_kv` is the
-/// argument list `fused_attention_short` takes after its qkv rows and shape (cache rows
-/// and positions through the layer's cache and its max position); `f32_kv` picks the
-/// f32-cache kernel.
+/// `x[r] += O · attention(...)` for `rows` rows (x `ldx` apart) of a stack of `dims`:
+/// `norm_rope_kv` is the argument list `fused_attention_short` takes after its qkv rows and
+/// shape (cache rows and positions through the layer's cache and its max position);
+/// `f32_kv` picks the f32-cache kernel.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_o(
     gpu: &Gpu,
     scratch: &GemmScratch,
@@ -87,7 +94,7 @@ pub fn attention_o(
     norm_rope_kv: &[Arg],
     (o, dims, plan): (&Linear, &StackDims, AoPlan),
     f32_kv: bool,
-    x: u64,
+    (x, ldx, rows): (u64, usize, usize),
 ) -> Result<(), CudaError> {
     scratch.forget_ready();
     let (sums, arrived) = scratch.row_sums();
@@ -98,7 +105,9 @@ pub fn attention_o(
             Arg::P(o.w.ptr),
             Arg::I(o.n as i32),
             Arg::I(plan.rows as i32),
+            Arg::I(rows as i32),
             Arg::P(x),
+            Arg::I(ldx as i32),
             Arg::P(sums),
             Arg::P(arrived),
         ],
@@ -112,7 +121,7 @@ pub fn attention_o(
     gpu.launch_reading(
         (o.w.ptr, o.bf16_bytes()),
         name,
-        (dims.heads as u32, plan.chunks as u32, 1),
+        (dims.heads as u32, plan.chunks as u32, rows as u32),
         128,
         plan.smem as u32,
         None,

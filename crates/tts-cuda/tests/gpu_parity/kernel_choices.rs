@@ -188,12 +188,13 @@ fn fused_mlp_stages_match_the_separate_gemvs() {
     }
 }
 
-/// One-row code-predictor steps with their attention and O projection in one launch
-/// (`CudaOptions::fused_attention_o`, the default: `attention_o.cu`, the O projection
-/// split by head and summed in fixed point) compute what the short-cache attention kernel
-/// and the O GEMV compute: one request, identical sampled codes for 6 frames and last-head
-/// logits within 1e-4, with f32 caches and with the production bf16 ones (its own kernel
-/// for each), on the demo model and the full-size 1.7B geometry.
+/// Code-predictor steps of 1 and 3 rows (the 4-row bucket: a padding row) with their
+/// attention and O projection in one launch (`CudaOptions::fused_attention_o`, the
+/// default: `attention_o.cu`, the O projection split by head and summed in fixed point)
+/// compute what the short-cache attention kernel and the O projection compute: identical
+/// sampled codes for 6 frames and last-head logits within 1e-4, with f32 caches and with
+/// the production bf16 ones (its own kernel for each), on the demo model and the
+/// full-size 1.7B geometry.
 #[test]
 fn fused_attention_o_stages_match_the_separate_kernels() {
     let test = "fused_attention_o_stages_match_the_separate_kernels";
@@ -203,21 +204,23 @@ fn fused_attention_o_stages_match_the_separate_kernels() {
     };
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
-        let prompts = many_prompts(&model, 1, 2, |_| {
-            "One request, its code predictor attending and projecting at once.".to_string()
-        });
-        let seeds = [332u64];
-        for (caches, exact) in [("f32", true), ("bf16", false)] {
-            let Some(apart) = lock_step_on(&model, test, opts(exact, false), &prompts, &seeds, 6)
-            else {
-                return;
-            };
-            let fused = lock_step_on(&model, test, opts(exact, true), &prompts, &seeds, 6).unwrap();
-            let what = format!("attention + O, {caches} caches");
-            let worst = assert_same_run_on_another_path(&what, name, &fused, &apart, 1e-4);
-            eprintln!(
-                "{test}: {name}, {caches} caches: 6 frames identical, logits rel err {worst:.2e}"
-            );
+        for rows in [1usize, 3] {
+            let prompts = many_prompts(&model, rows, 2, |i| {
+                format!("Request {i}, its code predictor attending and projecting at once.")
+            });
+            let seeds: Vec<u64> = (0..rows as u64).map(|i| 332 + i).collect();
+            for (caches, exact) in [("f32", true), ("bf16", false)] {
+                let Some(apart) =
+                    lock_step_on(&model, test, opts(exact, false), &prompts, &seeds, 6)
+                else {
+                    return;
+                };
+                let fused =
+                    lock_step_on(&model, test, opts(exact, true), &prompts, &seeds, 6).unwrap();
+                let what = format!("attention + O, {rows} rows, {caches} caches");
+                let worst = assert_same_run_on_another_path(&what, name, &fused, &apart, 1e-4);
+                eprintln!("{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}");
+            }
         }
     }
 }
