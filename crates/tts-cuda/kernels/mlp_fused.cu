@@ -21,6 +21,32 @@
 #define MLP_MAX_STEPS 8
 #define MLP_MAX_IPB 64
 
+// A warp's copy of the row x (width H) with the norm's gains applied, as lane octets of
+// 256-wide steps (xin[j][i] = x[k]·g[k], k = lane·8 + j·256 + i), and the row's 1 / rms:
+// the products and sums gemv_staged.cu forms.
+__device__ __forceinline__ float mlp_row_in(const float* x, const float* __restrict__ norm_w,
+                                            int H, float eps, int lane,
+                                            float (&xin)[MLP_MAX_STEPS][8]) {
+    float sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < MLP_MAX_STEPS; j++) {
+        if (j < H / 256) {
+            const int idx = lane * 8 + j * 256;
+            const float4* xp = (const float4*)(x + idx);
+            const float4* gp = (const float4*)(norm_w + idx);
+            const float4 a = xp[0], b = xp[1], ga = gp[0], gb = gp[1];
+            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                sq = fmaf(xv[i], xv[i], sq);
+                xin[j][i] = xv[i] * gv[i];
+            }
+        }
+    }
+    return 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
+}
+
 extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
     const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
     const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,
@@ -28,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
     extern __shared__ __align__(16) unsigned char s_w[];
     __shared__ float s_act[MLP_MAX_IPB];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int j0 = blockIdx.x * ipb;
+    const int j0 = blockIdx.x * ipb, steps = H / 256;
     bf16* s_gu = (bf16*)s_w;                  // [2·ipb][H]
     bf16* s_d = s_gu + (size_t)2 * ipb * H;  // [H][ipb]
     // 1. the weights: 2·ipb contiguous gate/up rows, then ipb columns of each down row
@@ -48,27 +74,9 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
     pdl_wait();
     if (!early) pdl_trigger();
 
-    // 2. the row, its gains applied, in every warp (lane octets, 256-wide steps), and Σ x²
-    const int steps = H / 256;
+    // 2. the row, its gains applied, in every warp, and its 1 / rms
     float xin[MLP_MAX_STEPS][8];
-    float sq = 0.f;
-#pragma unroll
-    for (int j = 0; j < MLP_MAX_STEPS; j++) {
-        if (j < steps) {
-            const int idx = lane * 8 + j * 256;
-            const float4* xp = (const float4*)(x + idx);
-            const float4* gp = (const float4*)(norm_w + idx);
-            const float4 a = xp[0], b = xp[1], ga = gp[0], gb = gp[1];
-            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                sq = fmaf(xv[i], xv[i], sq);
-                xin[j][i] = xv[i] * gv[i];
-            }
-        }
-    }
-    const float inv = 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
+    const float inv = mlp_row_in(x, norm_w, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
 
@@ -143,26 +151,9 @@ extern "C" __global__ void __launch_bounds__(256) mlp_stream_m1(
     pdl_wait();
     if (!early) pdl_trigger();
 
-    // 2. the row, its gains applied, and Σ x² (as mlp_fused_m1)
+    // 2. the row, its gains applied, and its 1 / rms
     float xin[MLP_MAX_STEPS][8];
-    float sq = 0.f;
-#pragma unroll
-    for (int j = 0; j < MLP_MAX_STEPS; j++) {
-        if (j < steps) {
-            const int idx = lane * 8 + j * 256;
-            const float4* xp = (const float4*)(x + idx);
-            const float4* gp = (const float4*)(norm_w + idx);
-            const float4 a = xp[0], b = xp[1], ga = gp[0], gb = gp[1];
-            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                sq = fmaf(xv[i], xv[i], sq);
-                xin[j][i] = xv[i] * gv[i];
-            }
-        }
-    }
-    const float inv = 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
+    const float inv = mlp_row_in(x, norm_w, H, eps, lane, xin);
 
     // 3. the activations: warp w takes column pairs w, w + 8, ..., the next pair's loads
     //    issued before this one's sums
