@@ -110,7 +110,7 @@ pub fn create_cuda(
             tts_cuda::CudaOptions::default().fused_mlp,
         )?,
         // a one-row code-predictor step's attention and O projection in one launch (0: apart)
-        fused_attention_o: on_unless_zero("QWEN3_TTS_FUSED_ATTENTION_O"),
+        fused_attention_o: std::env::var("QWEN3_TTS_FUSED_ATTENTION_O").is_ok_and(|v| v == "1"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

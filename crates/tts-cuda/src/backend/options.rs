@@ -92,11 +92,13 @@ pub struct CudaOptions {
     /// Which one-row MLPs run as one launch, gate/up and down fused (`mlp_fused.cu`, where
     /// the shapes fit): those of stage calls that stage their weights (`staged_gemv`: the
     /// code predictor's steps by default; its slices in shared memory), the others (the
-    /// talker's steps; its slices streamed). Not fused: gate/up then down.
+    /// talker's steps; its slices streamed). Not fused (the default until measured on the
+    /// H200): gate/up then down.
     pub fused_mlp: crate::linear::FusedMlp,
-    /// A one-row step of a staged stage call over a cache held in shared memory (the code
-    /// predictor's) runs its attention and O projection as one launch (`attention_o.cu`).
-    /// Off: the short-cache attention kernel, then the O GEMV.
+    /// A step of 1-4 rows of a staged stage call over caches held in shared memory (the
+    /// code predictor's) runs its attention and O projection as one launch
+    /// (`attention_o.cu`). Off (the default until measured on the H200): the short-cache
+    /// attention kernel, then the O projection.
     pub fused_attention_o: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
@@ -289,7 +291,7 @@ impl Default for CudaOptions {
             chain_tile: true,
             chain_gemv: true,
             fused_mlp: crate::linear::FusedMlp::default(),
-            fused_attention_o: true,
+            fused_attention_o: false,
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,

@@ -159,7 +159,7 @@ fn gemv_norm_chain_matches_the_fused_norm() {
 }
 
 /// One-row stage calls with their MLPs in one launch (`CudaOptions::fused_mlp`: the code
-/// predictor's steps on `mlp_fused_m1`, the default, and the talker's on `mlp_stream_m1`)
+/// predictor's steps on `mlp_fused_m1`, and the talker's on `mlp_stream_m1`)
 /// compute what gate/up then down compute: one request, f32 caches, identical sampled
 /// codes for 6 frames and last-head logits within 1e-4, on the full-size 1.7B geometry
 /// (the demo model's shapes do not fit the kernels: both runs take the same path there).
@@ -189,8 +189,8 @@ fn fused_mlp_stages_match_the_separate_gemvs() {
 }
 
 /// Code-predictor steps of 1 and 3 rows (the 4-row bucket: a padding row) with their
-/// attention and O projection in one launch (`CudaOptions::fused_attention_o`, the
-/// default: `attention_o.cu`, the O projection split by head and summed in fixed point)
+/// attention and O projection in one launch (`CudaOptions::fused_attention_o`:
+/// `attention_o.cu`, the O projection split by head and summed in fixed point)
 /// compute what the short-cache attention kernel and the O projection compute: identical
 /// sampled codes for 6 frames and last-head logits within 1e-4, with f32 caches and with
 /// the production bf16 ones (its own kernel for each), on the demo model and the
