@@ -1,7 +1,9 @@
 //! One decoder stack on the GPU (talker or code predictor), as a sequence of launches:
 //! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write + attention -> O GEMV
-//! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual), the last
-//! two one launch for a single staged row (`linear::fused_mlp`).
+//! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual). Where
+//! asked for (off by default), a code-predictor step's attention and O projection run as
+//! one launch (`attention_o`), and a single row's gate/up and down as one
+//! (`linear::fused_mlp`).
 //! Pure enqueueing: no allocation and no host sync, so it can be graph-captured.
 
 mod attention_o;
