@@ -142,8 +142,8 @@ pub struct GemmScratch {
     norm_ready: Cell<Option<NormRows>>,
     /// The one-row fused kernels' fixed-point sums and their blocks' arrival count
     /// ([`GemmScratch::row_sums`]).
-    mlp_sums: DBuf<u64>,
-    mlp_arrived: DBuf<u32>,
+    fixed_sums: DBuf<u64>,
+    fixed_arrived: DBuf<u32>,
 }
 
 /// Which rows split bf16 rows were made from: (pointer, ld, count, width, norm gain, eps),
@@ -216,20 +216,20 @@ impl GemmScratch {
             chain_x: gpu.zeros(max_n)?,
             chain_ss: gpu.zeros(max_n.div_ceil(2))?,
             norm_ready: Cell::new(None),
-            mlp_sums: gpu.zeros(max_n)?,
-            mlp_arrived: gpu.zeros(1)?,
+            fixed_sums: gpu.zeros(max_n)?,
+            fixed_arrived: gpu.zeros(1)?,
         })
     }
 
     /// The fixed-point row sums and arrival count of the one-row fused kernels
     /// (`mlp_fused.cu`, `attention_o.cu`; `common.cuh`'s `fixed_add`): zero between launches.
     pub(crate) fn row_sums(&self) -> (u64, u64) {
-        (self.mlp_sums.ptr, self.mlp_arrived.ptr)
+        (self.fixed_sums.ptr, self.fixed_arrived.ptr)
     }
 
     /// How many values the fixed-point row sums hold (rows × width).
     pub(crate) fn row_sums_len(&self) -> usize {
-        self.mlp_sums.len
+        self.fixed_sums.len
     }
 
     /// Drops what an earlier call left for the next linear call: a fused launch that takes

@@ -13,8 +13,8 @@ use crate::error::CudaError;
 use crate::linear::{fused_mlp, fused_mlp_call, linear, linear_then, Act, NextLinear, Rows};
 use crate::weights::{DevLayer, DevStack};
 use crate::workspace::Workspace;
+pub use attention_o::ATTENTION_O_MAX_SMEM;
 use attention_o::{attention_o, attention_o_call};
-pub use attention_o::{ATTENTION_O_MAX_ROWS, ATTENTION_O_MAX_SMEM};
 
 /// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in
 /// attention.cu).
@@ -121,7 +121,7 @@ pub fn run_layers(
         };
         // one launch for gate/up and down where it takes the row (`linear::fused_mlp`)
         let mlp = (&layer.gate_up, &layer.down);
-        let fused = fused_mlp_call(gpu, &ws.scratch, mlp, x, true);
+        let fused = fused_mlp_call(gpu, &ws.scratch, mlp, x);
         // one launch for the attention and the O projection where it takes the row
         let short_rows = mode == (Attention::Fused { tokens_per_row: 1 })
             && kv.max_pos <= SHORT_CACHE_POSITIONS

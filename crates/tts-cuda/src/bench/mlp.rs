@@ -49,7 +49,7 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
         };
         let fits = gpu.with_small_call(mode, || {
             let (g, d) = &layers[0];
-            fused_mlp_call(gpu, &scratch, (g, d), row(x.ptr, h), true).map(|p| p.smem > 0)
+            fused_mlp_call(gpu, &scratch, (g, d), row(x.ptr, h)).map(|p| p.smem > 0)
         });
         for fused in [false, true] {
             if fused && fits.is_none() {
@@ -62,7 +62,7 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
                         let (g, d) = &layers[i % layers.len()];
                         let xr = row(x.ptr, h);
                         if fused {
-                            if let Some(p) = fused_mlp_call(gpu, &scratch, (g, d), xr, true) {
+                            if let Some(p) = fused_mlp_call(gpu, &scratch, (g, d), xr) {
                                 fused_mlp(gpu, &scratch, (g, d), xr, norm, p, true)?;
                             }
                             continue;

@@ -84,20 +84,20 @@ pub fn fused_mlp_plan(hidden: usize, inter: usize, sms: usize, staged: bool) -> 
     })
 }
 
-/// The plan for one row `x` through `gate_up` (SwiGLU row pairs) and `down`, when the call
-/// takes a fused MLP: one 16-byte-aligned row, the kernel for the call (staged or not)
-/// asked for, bf16 weights (no FP8 codes), no biases, matching shapes that fit.
+/// The plan for one row `x` through `gate_up` (SwiGLU row pairs, its input normed) and
+/// `down`, when the call takes a fused MLP: one 16-byte-aligned row, the kernel for the
+/// call (staged or not) asked for, bf16 weights (no FP8 codes), no biases, matching shapes
+/// that fit.
 pub fn fused_mlp_call(
     gpu: &Gpu,
     scratch: &GemmScratch,
     (gate_up, down): (&Linear, &Linear),
     x: Rows,
-    norm: bool,
 ) -> Option<MlpPlan> {
     let (hidden, inter) = (gate_up.k, down.k);
     let staged = gpu.staged_gemv();
     let fp8_codes =
-        |l: &Linear, m_norm: bool| l.fp8.is_some() && scratch.paths.fp8_codes(1, l.n, l.k, m_norm);
+        |l: &Linear, norm: bool| l.fp8.is_some() && scratch.paths.fp8_codes(1, l.n, l.k, norm);
     let takes = x.count == 1
         && x.ptr.is_multiple_of(16)
         && if staged {
@@ -110,7 +110,7 @@ pub fn fused_mlp_call(
         && hidden <= scratch.row_sums_len()
         && gate_up.bias.is_none()
         && down.bias.is_none()
-        && !fp8_codes(gate_up, norm)
+        && !fp8_codes(gate_up, true)
         && !fp8_codes(down, false);
     takes
         .then(|| fused_mlp_plan(hidden, inter, gpu.sm_count as usize, staged))

@@ -89,8 +89,7 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
                 count: 1,
             };
             gpu.with_small_call(mode, || {
-                let Some(plan) = fused_mlp_call(gpu, &scratch, (&gate_up, &down_l), rows, true)
-                else {
+                let Some(plan) = fused_mlp_call(gpu, &scratch, (&gate_up, &down_l), rows) else {
                     return Ok(None);
                 };
                 fused_mlp(gpu, &scratch, (&gate_up, &down_l), rows, norm, plan, false)?;
