@@ -1,0 +1,545 @@
+// emu.hpp — runs this crate's CUDA kernels on the CPU, so a kernel's indexing, barriers and
+// cross-block reductions can be checked against a CPU reference on a machine without a GPU
+// (tests/kernels_emulated.rs). It checks logic, not timing or memory ordering.
+//
+// How: the kernel sources are compiled as C++ (the test rewrites `asm` statements to no-ops
+// and `extern __shared__` arrays to the launch's dynamic shared memory). Each CUDA thread is
+// a fiber (ucontext) on the OS thread of its block; fibers switch only at barriers and warp
+// exchanges, in a fixed order, so a run is deterministic. Shared-memory variables are
+// thread_local: one copy per block. The blocks of a cluster run at once, each on its own OS
+// thread (cluster barriers and distributed shared memory work); clusters run one after
+// another, so a kernel that waits on another cluster, or on a block of a non-cluster grid,
+// deadlocks here (and is reported) as it may on a GPU.
+//
+// Exited threads no longer count at block barriers (as on Volta and later). Warp exchanges
+// expect the live lanes of their mask.
+#pragma once
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline int2 make_int2(int a, int b) { return {a, b}; }
+inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
+
+namespace emu {
+
+[[noreturn]] inline void fail(const char* what) {
+    std::fprintf(stderr, "emu: %s\n", what);
+    std::fflush(stderr);
+    std::abort();
+}
+
+enum class State { Runnable, Block, Warp, Cluster, Done };
+
+struct Fiber {
+    ucontext_t ctx;
+    dim3 tid;
+    State state = State::Runnable;
+};
+
+struct Warp {
+    int arrived = 0;
+    unsigned gen = 0;
+    unsigned live = 0;  // lanes not exited
+    uint64_t vals[2][32] = {};
+};
+
+struct Cluster;
+
+// One block: its fibers, barriers and dynamic shared memory.
+struct Block {
+    dim3 idx, dim, grid;
+    unsigned rank = 0;  // in its cluster
+    Cluster* cluster = nullptr;
+    std::vector<Fiber> fibers;
+    std::vector<Warp> warps;
+    std::vector<char> stacks;
+    std::vector<unsigned char> dyn;  // dynamic shared memory
+    ucontext_t sched;
+    int cur = 0, live = 0;
+    int bar_arrived = 0, cl_arrived = 0;
+    unsigned bar_gen = 0;
+    long long bar_acc[2] = {0, 0};  // the reduction of __syncthreads_count / _or / _and
+    int bar_op = 0;
+    const std::function<void()>* body = nullptr;
+};
+
+// The blocks of one cluster (each on its own OS thread) and their barrier.
+struct Cluster {
+    dim3 dim;
+    std::vector<Block*> blocks;
+    std::mutex m;
+    std::condition_variable cv;
+    unsigned arrived = 0, gen = 0;
+    unsigned live_blocks = 0;
+
+    // The calling block's threads have all arrived: wait for every live block's.
+    void arrive_and_wait() {
+        std::unique_lock<std::mutex> l(m);
+        unsigned g = gen;
+        if (++arrived == live_blocks) {
+            arrived = 0;
+            gen++;
+            cv.notify_all();
+            return;
+        }
+        if (!cv.wait_for(l, std::chrono::seconds(60), [&] { return gen != g; }))
+            fail("a cluster barrier waited 60 s: a block of the cluster never reached it");
+    }
+    // A block has ended: it no longer takes part in cluster barriers.
+    void leave() {
+        std::lock_guard<std::mutex> l(m);
+        live_blocks--;
+        if (live_blocks > 0 && arrived == live_blocks) {
+            arrived = 0;
+            gen++;
+            cv.notify_all();
+        }
+    }
+};
+
+inline thread_local Block* tl_block = nullptr;
+inline thread_local char tl_anchor = 0;  // shared addresses of static shared memory are relative to it
+
+inline Block& blk() { return *tl_block; }
+inline Fiber& fib() { return tl_block->fibers[tl_block->cur]; }
+inline unsigned linear_tid() {
+    const Fiber& f = fib();
+    const dim3& d = blk().dim;
+    return f.tid.x + d.x * (f.tid.y + d.y * f.tid.z);
+}
+
+inline void yield_to_scheduler() {
+    Block& b = blk();
+    swapcontext(&b.fibers[b.cur].ctx, &b.sched);
+}
+
+// Releases the block barrier when every live thread has arrived.
+inline bool release_block_barrier_if_full(Block& b) {
+    if (b.bar_arrived == 0 || b.bar_arrived < b.live) return false;
+    b.bar_arrived = 0;
+    b.bar_gen++;
+    for (auto& f : b.fibers)
+        if (f.state == State::Block) f.state = State::Runnable;
+    return true;
+}
+
+// A block barrier with a reduction: op 0 none, 1 count, 2 or, 3 and. Returns the result.
+inline long long block_barrier(int op, long long v) {
+    Block& b = blk();
+    const unsigned g = b.bar_gen;
+    if (b.bar_arrived == 0) b.bar_acc[g & 1] = op == 3 ? 1 : 0;
+    if (op == 1) b.bar_acc[g & 1] += v != 0;
+    if (op == 2) b.bar_acc[g & 1] |= v != 0;
+    if (op == 3) b.bar_acc[g & 1] &= v != 0;
+    b.bar_arrived++;
+    const long long* acc = &b.bar_acc[g & 1];
+    long long result;
+    if (b.bar_arrived == b.live) {
+        result = *acc;
+        b.bar_arrived = 0;
+        b.bar_gen++;
+        for (auto& f : b.fibers)
+            if (f.state == State::Block) f.state = State::Runnable;
+        // generation g's waiters read acc[g & 1]: generation g + 2, the next to reset it,
+        // cannot start before they have all arrived at g + 1
+        return result;
+    }
+    fib().state = State::Block;
+    yield_to_scheduler();
+    return b.bar_acc[g & 1];
+}
+
+// Exchanges a 64-bit value among the warp's lanes in `mask`: returns the lanes' values.
+inline const uint64_t* warp_exchange(unsigned mask, uint64_t v) {
+    Block& b = blk();
+    const unsigned t = linear_tid(), lane = t & 31;
+    Warp& w = b.warps[t >> 5];
+    if (!(mask >> lane & 1u)) fail("a warp exchange by a lane outside its mask");
+    const unsigned g = w.gen;
+    w.vals[g & 1][lane] = v;
+    const int expected = __builtin_popcount(mask & w.live);
+    if (++w.arrived == expected) {
+        w.arrived = 0;
+        w.gen++;
+        for (unsigned l = 0; l < 32; l++) {
+            const unsigned i = (t & ~31u) + l;
+            if (i < b.fibers.size() && b.fibers[i].state == State::Warp) b.fibers[i].state = State::Runnable;
+        }
+    } else {
+        fib().state = State::Warp;
+        yield_to_scheduler();
+    }
+    return w.vals[g & 1];
+}
+
+inline void fiber_entry() {
+    Block& b = blk();
+    (*b.body)();
+    Fiber& f = b.fibers[b.cur];
+    f.state = State::Done;
+    b.live--;
+    const unsigned t = linear_tid();
+    Warp& w = b.warps[t >> 5];
+    w.live &= ~(1u << (t & 31));
+    // an exited thread no longer holds back the block's barriers or its warp's exchanges
+    release_block_barrier_if_full(b);
+    const int expected = __builtin_popcount(w.live);
+    if (w.arrived > 0 && w.arrived == expected) {
+        w.arrived = 0;
+        w.gen++;
+        for (auto& o : b.fibers)
+            if (o.state == State::Warp) o.state = State::Runnable;
+    }
+    // returning ends the fiber (uc_link is the scheduler)
+}
+
+constexpr size_t STACK = 96 * 1024;
+
+// Runs one block on this OS thread.
+inline void run_block(Block& b) {
+    tl_block = &b;
+    const unsigned n = b.dim.x * b.dim.y * b.dim.z;
+    b.fibers.assign(n, Fiber{});
+    b.warps.assign((n + 31) / 32, Warp{});
+    for (unsigned i = 0; i < n; i++) b.warps[i / 32].live |= 1u << (i % 32);
+    b.stacks.assign((size_t)n * STACK, 0);
+    b.live = (int)n;
+    for (unsigned i = 0; i < n; i++) {
+        Fiber& f = b.fibers[i];
+        f.tid = dim3(i % b.dim.x, (i / b.dim.x) % b.dim.y, i / (b.dim.x * b.dim.y));
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = b.stacks.data() + (size_t)i * STACK;
+        f.ctx.uc_stack.ss_size = STACK;
+        f.ctx.uc_link = &b.sched;
+        makecontext(&f.ctx, fiber_entry, 0);
+    }
+    for (;;) {
+        bool ran = false;
+        for (unsigned i = 0; i < n; i++) {
+            if (b.fibers[i].state != State::Runnable) continue;
+            b.cur = (int)i;
+            swapcontext(&b.sched, &b.fibers[i].ctx);
+            ran = true;
+        }
+        if (b.live == 0) break;
+        if (ran) continue;
+        if (b.cluster && b.cl_arrived == b.live) {
+            b.cl_arrived = 0;
+            b.cluster->arrive_and_wait();
+            for (auto& f : b.fibers)
+                if (f.state == State::Cluster) f.state = State::Runnable;
+            continue;
+        }
+        char msg[160];
+        std::snprintf(msg, sizeof msg,
+                      "deadlock in block (%u,%u,%u): %d live threads, %d at the block barrier, "
+                      "%d at a cluster barrier",
+                      b.idx.x, b.idx.y, b.idx.z, b.live, b.bar_arrived, b.cl_arrived);
+        fail(msg);
+    }
+    if (b.cluster) b.cluster->leave();
+    b.stacks.clear();
+    b.stacks.shrink_to_fit();
+    tl_block = nullptr;
+}
+
+// Launches `body` (a call of the kernel with its arguments) over grid × block threads, with
+// `smem` bytes of dynamic shared memory and clusters of `cluster` blocks (x only).
+inline void launch(dim3 grid, dim3 block, size_t smem, unsigned cluster,
+                   const std::function<void()>& body) {
+    if (cluster == 0 || grid.x % cluster != 0) fail("the grid's x is not a multiple of the cluster size");
+    if (smem > 227 * 1024) fail("more than 227 KiB of dynamic shared memory");
+    if ((size_t)block.x * block.y * block.z > 1024) fail("more than 1024 threads in a block");
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x0 = 0; x0 < grid.x; x0 += cluster) {
+                Cluster cl;
+                cl.dim = dim3(cluster);
+                cl.live_blocks = cluster;
+                std::vector<Block> blocks(cluster);
+                for (unsigned r = 0; r < cluster; r++) {
+                    Block& b = blocks[r];
+                    b.idx = dim3(x0 + r, y, z);
+                    b.dim = block;
+                    b.grid = grid;
+                    b.rank = r;
+                    b.cluster = cluster > 1 ? &cl : nullptr;
+                    b.dyn.assign(smem, 0xA5);  // not zero: a kernel must not rely on it
+                    b.body = &body;
+                    cl.blocks.push_back(&b);
+                }
+                if (cluster == 1) {
+                    std::thread([&] { run_block(blocks[0]); }).join();
+                } else {
+                    std::vector<std::thread> ts;
+                    for (unsigned r = 0; r < cluster; r++) ts.emplace_back([&, r] { run_block(blocks[r]); });
+                    for (auto& t : ts) t.join();
+                }
+            }
+}
+
+// Shared addresses (what cvta.to.shared gives): bits 31-30 the space (1: dynamic, 2: static
+// shared memory, relative to tl_anchor), bits 29-26 the cluster rank + 1 (0: this block),
+// bits 25-0 the offset (signed for static memory).
+inline unsigned shared_addr(const void* p) {
+    Block& b = blk();
+    const unsigned char* c = (const unsigned char*)p;
+    if (!b.dyn.empty() && c >= b.dyn.data() && c <= b.dyn.data() + b.dyn.size())
+        return 1u << 30 | (unsigned)(c - b.dyn.data());
+    const long long off = (long long)((const char*)p - &tl_anchor);
+    if (off < -(1ll << 25) || off >= (1ll << 25)) fail("an address that is not shared memory");
+    return 2u << 30 | ((unsigned)off & 0x3ffffffu);
+}
+
+inline unsigned char* shared_ptr(unsigned a) {
+    const unsigned space = a >> 30, rank1 = a >> 26 & 15u;
+    Block& me = blk();
+    Block* b = &me;
+    if (rank1) {
+        if (!me.cluster || rank1 - 1 >= me.cluster->blocks.size()) fail("a cluster rank outside the cluster");
+        b = me.cluster->blocks[rank1 - 1];
+    }
+    if (space == 1) {
+        const unsigned off = a & 0x3ffffffu;
+        if (off >= b->dyn.size()) fail("a dynamic shared address past the launch's size");
+        return b->dyn.data() + off;
+    }
+    if (space == 2) {
+        if (b != &me) fail("static shared memory of another block (emulated only for dynamic)");
+        long long off = a & 0x3ffffffu;
+        if (off >= (1ll << 25)) off -= 1ll << 26;
+        return (unsigned char*)&tl_anchor + off;
+    }
+    fail("not a shared address");
+}
+
+inline unsigned char* dynamic_smem() { return blk().dyn.data(); }
+
+}  // namespace emu
+
+// ---- the CUDA names the kernels use
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ thread_local
+#define __constant__
+#define EMU_ASM(...) ((void)0)
+
+#define threadIdx (emu::fib().tid)
+#define blockIdx (emu::blk().idx)
+#define blockDim (emu::blk().dim)
+#define gridDim (emu::blk().grid)
+#define warpSize 32
+
+[[noreturn]] inline void __trap() { emu::fail("__trap()"); }
+
+inline void __syncthreads() { emu::block_barrier(0, 0); }
+inline int __syncthreads_count(int p) { return (int)emu::block_barrier(1, p); }
+inline int __syncthreads_or(int p) { return (int)emu::block_barrier(2, p); }
+inline int __syncthreads_and(int p) { return (int)emu::block_barrier(3, p); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_exchange(mask, 0); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+template <typename T>
+inline uint64_t emu_bits(T v) {
+    static_assert(sizeof(T) <= 8, "warp exchange of more than 8 bytes");
+    uint64_t u = 0;
+    std::memcpy(&u, &v, sizeof(T));
+    return u;
+}
+template <typename T>
+inline T emu_from(uint64_t u) {
+    T v;
+    std::memcpy(&v, &u, sizeof(T));
+    return v;
+}
+inline unsigned emu_lane() { return emu::linear_tid() & 31; }
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[base + ((unsigned)src & (unsigned)(width - 1))]);
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), src = lane ^ (unsigned)m;
+    const unsigned base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[src < base + (unsigned)width ? src : lane]);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[lane + d < base + (unsigned)width ? lane + d : lane]);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[lane >= base + d ? lane - d : lane]);
+}
+inline unsigned __ballot_sync(unsigned mask, int p) {
+    const uint64_t* all = emu::warp_exchange(mask, p != 0);
+    unsigned r = 0;
+    for (unsigned l = 0; l < 32; l++)
+        if (mask >> l & 1u && all[l]) r |= 1u << l;
+    return r;
+}
+inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
+inline int __all_sync(unsigned mask, int p) { return __ballot_sync(mask, p) == (mask & emu::blk().warps[emu::linear_tid() >> 5].live); }
+inline unsigned __activemask() { return emu::blk().warps[emu::linear_tid() >> 5].live; }
+
+inline float __uint_as_float(unsigned u) { return emu_from<float>(u); }
+inline unsigned __float_as_uint(float f) { return (unsigned)emu_bits(f); }
+inline float __int_as_float(int i) { return emu_from<float>((unsigned)i); }
+inline int __float_as_int(float f) { return (int)(unsigned)emu_bits(f); }
+inline long long __float2ll_rn(float f) { return std::llrintf(f); }
+inline int __float2int_rn(float f) { return (int)std::lrintf(f); }
+inline int __float2int_rz(float f) { return (int)f; }
+inline int __float2int_rd(float f) { return (int)std::floor(f); }
+inline unsigned __float2uint_rn(float f) { return (unsigned)std::llrintf(f); }
+inline float __int2float_rn(int i) { return (float)i; }
+inline float __uint2float_rn(unsigned u) { return (float)u; }
+inline float __ll2float_rn(long long v) { return (float)v; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __sinf(float x) { return std::sin(x); }
+inline float __cosf(float x) { return std::cos(x); }
+inline float __powf(float a, float b) { return std::pow(a, b); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __saturatef(float a) { return a < 0.f ? 0.f : a > 1.f ? 1.f : a; }
+inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
+inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned)v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+inline unsigned __brev(unsigned v) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= ((v >> i) & 1u) << (31 - i);
+    return r;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline size_t min(size_t a, size_t b) { return a < b ? a : b; }
+inline size_t max(size_t a, size_t b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcs(const T* p) { return *p; }
+template <typename T>
+inline T __ldlu(const T* p) { return *p; }
+template <typename T>
+inline void __stcg(T* p, T v) { *p = v; }
+template <typename T>
+inline void __stcs(T* p, T v) { *p = v; }
+
+template <typename T>
+inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline float atomicAdd(float* p, float v) {
+    unsigned* u = (unsigned*)p;
+    unsigned old = __atomic_load_n(u, __ATOMIC_SEQ_CST), want;
+    do want = __float_as_uint(__uint_as_float(old) + v);
+    while (!__atomic_compare_exchange_n(u, &old, want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return __uint_as_float(old);
+}
+template <typename T>
+inline T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+inline T atomicCAS(T* p, T cmp, T v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+template <typename T>
+inline T atomicMax(T* p, T v) {
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
+template <typename T>
+inline T atomicMin(T* p, T v) {
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
+template <typename T>
+inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+inline T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
+
+// ---- what common.cuh defines only for sm_80 / sm_90 (its `#if __CUDA_ARCH__` blocks)
+inline unsigned smem_addr(const void* p) { return emu::shared_addr(p); }
+inline unsigned __cvta_generic_to_shared(const void* p) { return emu::shared_addr(p); }
+inline void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    unsigned char* d = emu::shared_ptr(dst);
+    if (((uintptr_t)d & 15u) || ((uintptr_t)src & 15u)) emu::fail("a cp.async of 16 bytes that is not 16-byte aligned");
+    std::memset(d, 0, 16);
+    std::memcpy(d, src, (size_t)std::min(std::max(src_bytes, 0), 16));
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+
+// Cluster barrier: every live thread of every block of the cluster.
+inline void cluster_sync_all() {
+    emu::Block& b = emu::blk();
+    if (!b.cluster) {
+        __syncthreads();
+        return;
+    }
+    b.cl_arrived++;
+    emu::fib().state = emu::State::Cluster;
+    emu::yield_to_scheduler();
+}
+inline unsigned cluster_ctarank() { return emu::blk().rank; }
+inline unsigned cluster_map(unsigned a, unsigned rank) { return (a & ~(15u << 26)) | (rank + 1) << 26; }
+inline float ld_cluster_rank(unsigned a, unsigned rank) {
+    float v;
+    std::memcpy(&v, emu::shared_ptr(cluster_map(a, rank)), 4);
+    return v;
+}
