@@ -4,6 +4,7 @@
 #
 # Installs what a fresh machine lacks:
 #   * cmake (Debian), to build the bundled libopus;
+#   * g++ (Debian), to run the kernels on the CPU (tts-cuda's kernels_emulated test);
 #   * NVRTC from PyPI (nvidia-cuda-nvrtc), so the CUDA kernels are compiled in CI;
 #   * chromium + chromium-driver (Debian, as root), for the playground's browser test.
 # The OpenAI SDK test installs `openai` from PyPI into target/py-openai itself.
@@ -13,6 +14,12 @@ cd "$(dirname "$0")/.."
 if ! command -v cmake >/dev/null 2>&1; then
     echo "installing cmake (needed to build the bundled libopus)"
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq cmake; else sudo apt-get update -qq && sudo apt-get install -y -qq cmake; fi
+fi
+
+if ! command -v "${CXX:-c++}" >/dev/null 2>&1; then
+    echo "installing g++ (runs the CUDA kernels on the CPU in the kernels_emulated test)"
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq g++; else sudo apt-get update -qq && sudo apt-get install -y -qq g++; fi \
+        || echo "g++ install failed: the emulated kernel tests will report SKIPPED"
 fi
 
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then

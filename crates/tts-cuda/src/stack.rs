@@ -13,8 +13,8 @@ use crate::error::CudaError;
 use crate::linear::{fused_mlp, fused_mlp_call, linear, linear_then, Act, NextLinear, Rows};
 use crate::weights::{DevLayer, DevStack};
 use crate::workspace::Workspace;
-pub use attention_o::ATTENTION_O_MAX_SMEM;
 use attention_o::{attention_o, attention_o_call};
+pub use attention_o::{attention_o_plan, AoPlan, ATTENTION_O_MAX_SMEM};
 
 /// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in
 /// attention.cu).

@@ -48,10 +48,7 @@ fn dynamic_shared(line: &str, at: usize) -> String {
         None => decl,
     };
     let (ty, name) = decl.rsplit_once(' ').expect("a type and a name");
-    format!(
-        "{}{ty}* {name} = ({ty}*)emu::dynamic_smem();",
-        &line[..at]
-    )
+    format!("{}{ty}* {name} = ({ty}*)emu::dynamic_smem();", &line[..at])
 }
 
 fn compiler() -> Option<String> {
@@ -90,10 +87,7 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) {
             "{f} is not a kernel source"
         );
     }
-    unit.push_str(&format!(
-        "#include \"{}\"\n",
-        emu.join(driver).display()
-    ));
+    unit.push_str(&format!("#include \"{}\"\n", emu.join(driver).display()));
     let stem = driver.trim_end_matches(".cpp");
     let cpp = dir.join(format!("{stem}.cpp"));
     let exe = dir.join(stem);
@@ -110,7 +104,10 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) {
         cpp.display(),
         String::from_utf8_lossy(&built.stderr)
     );
-    let run = Command::new(&exe).args(args).output().expect("run the driver");
+    let run = Command::new(&exe)
+        .args(args)
+        .output()
+        .expect("run the driver");
     let stdout = String::from_utf8_lossy(&run.stdout);
     println!("{stdout}");
     assert!(
@@ -153,6 +150,46 @@ fn fused_mlp_kernels_match_the_reference() {
         &["mlp_fused.cu"],
         &args,
     );
+}
+
+/// `attention_o_m1` (bf16 cache) and `attention_o_m1_f32` on the plan of the 1.7B code
+/// predictor (16 heads of 128 over 8 kv heads, 1024 wide: 8 chunks of 128 O rows) at 1 and
+/// 3 rows (the second padding), and on a small stack's (4 heads of 32 over 2, 256 wide).
+#[test]
+fn attention_o_kernels_match_the_reference() {
+    let mut args = Vec::new();
+    let mut case =
+        |kv: &str, (heads, kvh, hd, hidden): (usize, usize, usize, usize), rows: usize| {
+            let plan = tts_cuda::stack::attention_o_plan(hidden, heads, hd, H200_SMS)
+                .unwrap_or_else(|| panic!("{heads}x{hd} -> {hidden} fits"));
+            args.extend([
+                kv.to_string(),
+                heads.to_string(),
+                kvh.to_string(),
+                hd.to_string(),
+                hidden.to_string(),
+                plan.chunks.to_string(),
+                plan.rows.to_string(),
+                plan.smem.to_string(),
+                rows.to_string(),
+            ]);
+        };
+    case("bf16", (16, 8, 128, 1024), 1);
+    case("bf16", (16, 8, 128, 1024), 3);
+    case("f32", (16, 8, 128, 1024), 3);
+    case("bf16", (4, 2, 32, 256), 4);
+    run_emulated(
+        "attention_o_kernels_match_the_reference",
+        "attention_o.cpp",
+        &["attention.cu", "attention_o.cu"],
+        &args,
+    );
+}
+
+/// The emulator itself: barriers with reductions, early exits, warp exchanges, clusters.
+#[test]
+fn the_emulator_runs_known_kernels() {
+    run_emulated("the_emulator_runs_known_kernels", "selftest.cpp", &[], &[]);
 }
 
 /// The rewriting of kernel sources into C++.
