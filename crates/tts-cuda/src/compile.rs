@@ -34,6 +34,11 @@ pub const SOURCES: &[(&str, &str)] = &[
     ),
     // after attention.cu: its fused_attention_body
     ("attention_o.cu", include_str!("../kernels/attention_o.cu")),
+    // after attention_o.cu and mlp_fused.cu: AO_PAD, mlp_row_in
+    (
+        "qkv_attention_o.cu",
+        include_str!("../kernels/qkv_attention_o.cu"),
+    ),
     ("embed.cu", include_str!("../kernels/embed.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),

@@ -58,6 +58,8 @@ pub const KERNELS: &[&str] = &[
     "mlp_stream_m1",
     "attention_o_m1",
     "attention_o_m1_f32",
+    "qkv_attention_o_m1",
+    "qkv_attention_o_m1_f32",
     "gemv8_m1",
     "gemv8_m2",
     "mma_linear_t1",
@@ -366,6 +368,11 @@ impl Gpu {
                 ("mlp_fused_m1", crate::linear::FUSED_MLP_MAX_SMEM),
                 ("attention_o_m1", crate::stack::ATTENTION_O_MAX_SMEM),
                 ("attention_o_m1_f32", crate::stack::ATTENTION_O_MAX_SMEM),
+                ("qkv_attention_o_m1", crate::stack::QKV_ATTENTION_O_MAX_SMEM),
+                (
+                    "qkv_attention_o_m1_f32",
+                    crate::stack::QKV_ATTENTION_O_MAX_SMEM,
+                ),
             ]
             .into_iter()
             .chain(mma);

@@ -209,7 +209,7 @@ impl GemmScratch {
                 chain_tile: true,
                 chain_gemv: true,
                 fused_mlp: FusedMlp::default(),
-                fused_attention_o: false,
+                fused_attention: crate::stack::FusedAttention::default(),
                 ..Default::default()
             },
             split_ready: Cell::new(None),

@@ -170,9 +170,9 @@ pub struct LinearPaths {
     pub chain_gemv: bool,
     /// Which one-row MLPs run as one launch (`linear::fused_mlp`, `CudaOptions::fused_mlp`).
     pub fused_mlp: crate::linear::FusedMlp,
-    /// One-row steps of staged stage calls over short caches run their attention and O
-    /// projection as one launch (`stack`'s `attention_o`, `CudaOptions::fused_attention_o`).
-    pub fused_attention_o: bool,
+    /// Which steps of staged stage calls over short caches run their attention with its
+    /// neighbours in one launch (`stack::FusedAttention`, `CudaOptions::fused_attention`).
+    pub fused_attention: crate::stack::FusedAttention,
     /// Whether the code predictor's short-cache attention takes one block per kv-head
     /// group instead of one per q head: always / never (parity tests, benchmarks), else
     /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).

@@ -2,11 +2,14 @@
 //! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write + attention -> O GEMV
 //! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual). Where
 //! asked for (off by default), a code-predictor step's attention and O projection run as
-//! one launch (`attention_o`), and a single row's gate/up and down as one
+//! one launch (`attention_o`), at one row with the QKV projection too (`qkv_attention_o`,
+//! a thread-block cluster per head), and a single row's gate/up and down as one
 //! (`linear::fused_mlp`).
 //! Pure enqueueing: no allocation and no host sync, so it can be graph-captured.
 
 mod attention_o;
+mod fused_attention;
+mod qkv_attention_o;
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
@@ -15,6 +18,11 @@ use crate::weights::{DevLayer, DevStack};
 use crate::workspace::Workspace;
 use attention_o::{attention_o, attention_o_call};
 pub use attention_o::{attention_o_plan, AoPlan, ATTENTION_O_MAX_SMEM};
+pub use fused_attention::FusedAttention;
+use qkv_attention_o::{qkv_attention_o, qkv_attention_o_call};
+pub use qkv_attention_o::{
+    qkv_attention_o_plan, QaoPlan, QKV_ATTENTION_O_CLUSTER, QKV_ATTENTION_O_MAX_SMEM,
+};
 
 /// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in
 /// attention.cu).
@@ -72,6 +80,17 @@ pub fn run_layers(
     let layer_bytes = (kv.rows * kv.max_pos * kvd * ws.kv_elem) as u64;
     let f32_kv = ws.kv_elem == 4;
     let by_group = short_attention_by_group(gpu, ws, s, tok, kv, mode)?;
+    // steps over caches held in shared memory may run their attention with its neighbours
+    // in one launch: layer l's QKV projection too, unless the caller gave its QKV rows
+    let short_rows = mode == (Attention::Fused { tokens_per_row: 1 })
+        && kv.max_pos <= SHORT_CACHE_POSITIONS
+        && !by_group;
+    let with_qkv = |l: usize| {
+        let layer = s.layers.get(l)?;
+        (short_rows && !(l == 0 && qkv_given))
+            .then(|| qkv_attention_o_call(gpu, &ws.scratch, (&layer.qkv, &layer.o), d, tok.n))
+            .flatten()
+    };
     for (l, layer) in s.layers.iter().enumerate() {
         let (kc, vc) = (kv.k + l as u64 * layer_bytes, kv.v + l as u64 * layer_bytes);
         let x = Rows {
@@ -79,7 +98,8 @@ pub fn run_layers(
             ld: h,
             count: tok.n,
         };
-        if !(l == 0 && qkv_given) {
+        let whole = with_qkv(l);
+        if !(l == 0 && qkv_given) && whole.is_none() {
             linear(
                 gpu,
                 &layer.qkv,
@@ -112,7 +132,10 @@ pub fn run_layers(
         // epilogue or a tile_wg.cu call can write that layer's split input rows
         // (`linear_then`).
         let post_norm = Some((layer.post_norm.ptr, d.rms_eps));
+        // (none where the next layer's attention half is one launch: that kernel reads
+        // cache rows before its wait, so the launch before it must not let it start early)
         let next_qkv = match s.layers.get(l + 1) {
+            Some(_) if with_qkv(l + 1).is_some() => None,
             Some(nl) => Some(NextLinear {
                 n: nl.qkv.n,
                 norm: Some((nl.input_norm.ptr, d.rms_eps)),
@@ -122,14 +145,23 @@ pub fn run_layers(
         // one launch for gate/up and down where it takes the row (`linear::fused_mlp`)
         let mlp = (&layer.gate_up, &layer.down);
         let fused = fused_mlp_call(gpu, &ws.scratch, mlp, x);
-        // one launch for the attention and the O projection where it takes the row
-        let short_rows = mode == (Attention::Fused { tokens_per_row: 1 })
-            && kv.max_pos <= SHORT_CACHE_POSITIONS
-            && !by_group;
-        let with_o = short_rows
+        // one launch for the attention and the O projection where it takes the rows
+        let with_o = (short_rows && whole.is_none())
             .then(|| attention_o_call(gpu, &ws.scratch, &layer.o, d, tok.n))
             .flatten();
-        if let Some(plan) = with_o {
+        if let Some(plan) = whole {
+            // its successor (gate/up, or the whole MLP) reads only weights before its wait
+            qkv_attention_o(
+                gpu,
+                &ws.scratch,
+                (&layer.qkv, &layer.o, d, plan),
+                layer.input_norm.ptr,
+                &norm_rope_kv,
+                f32_kv,
+                tok.x,
+                true,
+            )?;
+        } else if let Some(plan) = with_o {
             let qkv = (ws.qkv.ptr, ldq);
             attention_o(
                 gpu,

@@ -186,6 +186,49 @@ fn attention_o_kernels_match_the_reference() {
     );
 }
 
+/// `qkv_attention_o_m1` (bf16 cache) and `qkv_attention_o_m1_f32` on the plan of the 1.7B
+/// code predictor (16 heads of 128 over 8 kv heads, 1024 wide: clusters of 8 blocks of 48
+/// QKV rows), at the first and the last cached position and for a padding row, and on a
+/// small stack's (4 heads of 32 over 2, 256 wide).
+#[test]
+fn qkv_attention_o_kernels_match_the_reference() {
+    let mut args = Vec::new();
+    let mut case = |kv: &str,
+                    (heads, kvh, hd, hidden): (usize, usize, usize, usize),
+                    slot: i32,
+                    pos: usize| {
+        let plan = tts_cuda::stack::qkv_attention_o_plan(hidden, heads, kvh, hd)
+            .unwrap_or_else(|| panic!("{heads}x{hd} -> {hidden} fits"));
+        args.extend([
+            kv.to_string(),
+            heads.to_string(),
+            kvh.to_string(),
+            hd.to_string(),
+            hidden.to_string(),
+            plan.smem.to_string(),
+            slot.to_string(),
+            pos.to_string(),
+        ]);
+    };
+    let cp = (16, 8, 128, 1024);
+    case("bf16", cp, 2, 6);
+    case("bf16", cp, 0, 15);
+    case("f32", cp, 1, 0);
+    case("bf16", cp, -1, 3);
+    case("bf16", (4, 2, 32, 256), 1, 9);
+    run_emulated(
+        "qkv_attention_o_kernels_match_the_reference",
+        "qkv_attention_o.cpp",
+        &[
+            "mlp_fused.cu",
+            "attention.cu",
+            "attention_o.cu",
+            "qkv_attention_o.cu",
+        ],
+        &args,
+    );
+}
+
 /// The emulator itself: barriers with reductions, early exits, warp exchanges, clusters.
 #[test]
 fn the_emulator_runs_known_kernels() {

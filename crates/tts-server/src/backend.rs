@@ -109,8 +109,12 @@ pub fn create_cuda(
             "QWEN3_TTS_FUSED_MLP",
             tts_cuda::CudaOptions::default().fused_mlp,
         )?,
-        // a one-row code-predictor step's attention and O projection in one launch (0: apart)
-        fused_attention_o: std::env::var("QWEN3_TTS_FUSED_ATTENTION_O").is_ok_and(|v| v == "1"),
+        // a code-predictor step's attention with its neighbours in one launch: 0 (apart),
+        // o (with the O projection), qkv (at one row with the QKV projection too)
+        fused_attention: parsed_knob(
+            "QWEN3_TTS_FUSED_ATTENTION",
+            tts_cuda::CudaOptions::default().fused_attention,
+        )?,
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

@@ -95,11 +95,13 @@ pub struct CudaOptions {
     /// talker's steps; its slices streamed). Not fused (the default until measured on the
     /// H200): gate/up then down.
     pub fused_mlp: crate::linear::FusedMlp,
-    /// A step of 1-4 rows of a staged stage call over caches held in shared memory (the
-    /// code predictor's) runs its attention and O projection as one launch
-    /// (`attention_o.cu`). Off (the default until measured on the H200): the short-cache
-    /// attention kernel, then the O projection.
-    pub fused_attention_o: bool,
+    /// Steps of staged stage calls over caches held in shared memory (the code
+    /// predictor's) that run their attention with its neighbours in one launch: with the
+    /// O projection at 1-4 rows (`attention_o.cu`), and with the QKV projection too at one
+    /// row (`qkv_attention_o.cu`, thread-block clusters). Neither (the default until
+    /// measured on the H200): the QKV projection, the short-cache attention kernel, then
+    /// the O projection.
+    pub fused_attention: crate::stack::FusedAttention,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -291,7 +293,7 @@ impl Default for CudaOptions {
             chain_tile: true,
             chain_gemv: true,
             fused_mlp: crate::linear::FusedMlp::default(),
-            fused_attention_o: false,
+            fused_attention: crate::stack::FusedAttention::default(),
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,

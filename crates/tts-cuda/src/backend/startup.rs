@@ -58,7 +58,7 @@ fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     paths.chain_tile = opts.chain_tile;
     paths.chain_gemv = opts.chain_gemv;
     paths.fused_mlp = opts.fused_mlp;
-    paths.fused_attention_o = opts.fused_attention_o;
+    paths.fused_attention = opts.fused_attention;
     paths.group_attention = opts.group_attention;
     paths.row_attention_rows = opts.row_attention_rows;
     paths.row_attention_split = opts.row_attention_split;

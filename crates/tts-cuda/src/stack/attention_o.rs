@@ -64,7 +64,7 @@ pub fn attention_o_call(
 ) -> Option<AoPlan> {
     let takes = (1..=ATTENTION_O_MAX_ROWS).contains(&rows)
         && rows * dims.hidden <= scratch.row_sums_len()
-        && scratch.paths.fused_attention_o
+        && scratch.paths.fused_attention.with_o
         && gpu.staged_gemv()
         && o.bias.is_none()
         && !(o.fp8.is_some() && scratch.paths.fp8_codes(rows, o.n, o.k, false))

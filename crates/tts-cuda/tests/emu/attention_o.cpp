@@ -7,42 +7,14 @@
 // (slot -1) and must change nothing. Also: the sums are left at zero, a second launch
 // gives the same bits, and only the new position's cache rows are written.
 
+#include "attention_ref.hpp"
+
 struct AoCase {
     bool f32;
     int heads, kvh, hd, H, chunks, orows, smem, rows;
 };
 
 static const int MAX_POS = 16, SLOTS = 3;
-
-// RMS-norm of x[0..hd) with gains w, rotated for position pos (rotate-half pairs).
-static std::vector<double> norm_rope_ref(const float* x, const std::vector<float>& w, float eps,
-                                         const std::vector<float>& inv_freq, int pos, int hd) {
-    double ss = 0;
-    for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
-    const double inv = 1.0 / std::sqrt(ss / hd + eps);
-    std::vector<double> a(hd), out(hd);
-    for (int i = 0; i < hd; i++) a[i] = w[i] * (x[i] * inv);
-    for (int i = 0; i < hd / 2; i++) {
-        const double ang = (double)(float)((float)pos * inv_freq[i]);
-        const double c = std::cos(ang), s = std::sin(ang);
-        out[i] = a[i] * c - a[i + hd / 2] * s;
-        out[i + hd / 2] = a[i + hd / 2] * c + a[i] * s;
-    }
-    return out;
-}
-
-template <typename KV>
-static float kv_value(KV v);
-template <>
-float kv_value<float>(float v) { return v; }
-template <>
-float kv_value<uint16_t>(uint16_t v) { return check::from_bf16(v); }
-template <typename KV>
-static KV kv_of(float v);
-template <>
-float kv_of<float>(float v) { return v; }
-template <>
-uint16_t kv_of<uint16_t>(float v) { return check::to_bf16(v); }
 
 template <typename KV>
 static void run_case(const AoCase& c) {
@@ -89,61 +61,16 @@ static void run_case(const AoCase& c) {
                              std::to_string(c.heads) + "x" + std::to_string(c.hd) + " -> " +
                              std::to_string(c.H) + ", " + std::to_string(c.rows) + " row(s), " +
                              std::to_string(c.chunks) + " chunks of " + std::to_string(c.orows);
-    // the cache: only the live rows' new positions written, with the normed, rotated k and v
+    const AttnDims d{c.heads, c.kvh, c.hd, c.H, MAX_POS};
+    check::expect(others_kept(k, kc, d, slots, positions) && others_kept(v, vc, d, slots, positions),
+                  name + ": no cache entry but the new positions' is written");
     std::vector<float> kv_got;
-    std::vector<double> kv_want;
-    bool others_kept = true;
-    for (size_t i = 0; i < kc.size(); i++) {
-        const int s = (int)(i / ((size_t)MAX_POS * kvd)), p = (int)(i / kvd % MAX_POS);
-        bool is_new = false;
-        for (int r = 0; r < c.rows; r++) is_new |= slots[r] == s && positions[r] == p;
-        if (!is_new) others_kept &= std::memcmp(&k[i], &kc[i], sizeof(KV)) == 0 &&
-                                    std::memcmp(&v[i], &vc[i], sizeof(KV)) == 0;
-    }
-    check::expect(others_kept, name + ": no cache entry but the new positions' is written");
-    std::vector<double> want_x(x0.begin(), x0.end());
+    std::vector<double> kv_want, want_x(x0.begin(), x0.end());
     for (int r = 0; r < c.rows; r++) {
         if (slots[r] < 0) continue;
-        const int s = slots[r], pos = positions[r];
-        const float* row = qkv.data() + (size_t)r * ldq;
-        const size_t base = ((size_t)s * MAX_POS) * kvd;
-        std::vector<double> attn(qd);
-        for (int g = 0; g < c.kvh; g++) {
-            const auto kr = norm_rope_ref(row + qd + g * c.hd, kn, eps, inv_freq, pos, c.hd);
-            for (int e = 0; e < c.hd; e++) {
-                const size_t at = base + (size_t)pos * kvd + g * c.hd + e;
-                kv_got.push_back(kv_value(k[at]));
-                kv_want.push_back(kr[e]);
-                kv_got.push_back(kv_value(v[at]));
-                kv_want.push_back(row[qd + kvd + g * c.hd + e]);
-            }
-        }
-        for (int h = 0; h < c.heads; h++) {
-            const int g = h / (c.heads / c.kvh);
-            const auto q = norm_rope_ref(row + h * c.hd, qn, eps, inv_freq, pos, c.hd);
-            // the cached positions and the new one as the kernel's cache holds them
-            std::vector<double> sc(pos + 1);
-            double mx = -1e300;
-            for (int p = 0; p <= pos; p++) {
-                double d = 0;
-                for (int e = 0; e < c.hd; e++)
-                    d += q[e] * kv_value(k[base + (size_t)p * kvd + g * c.hd + e]);
-                sc[p] = d / std::sqrt((double)c.hd);
-                mx = std::fmax(mx, sc[p]);
-            }
-            double z = 0;
-            for (auto& s2 : sc) z += (s2 = std::exp(s2 - mx));
-            for (int e = 0; e < c.hd; e++) {
-                double o = 0;
-                for (int p = 0; p <= pos; p++) o += sc[p] / z * kv_value(v[base + (size_t)p * kvd + g * c.hd + e]);
-                attn[h * c.hd + e] = o;
-            }
-        }
-        for (int n = 0; n < c.H; n++) {
-            double sacc = 0;
-            for (int j = 0; j < qd; j++) sacc += check::from_bf16(wo[(size_t)n * qd + j]) * attn[j];
-            want_x[(size_t)r * ldx + n] += sacc;
-        }
+        const auto delta = attention_o_ref(qkv.data() + (size_t)r * ldq, d, slots[r], positions[r], qn, kn,
+                                           inv_freq, eps, k, v, wo, kv_got, kv_want);
+        for (int n = 0; n < c.H; n++) want_x[(size_t)r * ldx + n] += delta[n];
     }
     check::close(name + ": new cache rows", kv_got, kv_want, c.f32 ? 2e-5 : 8e-3);
     check::close(name + ": x", x, want_x, 2e-5);

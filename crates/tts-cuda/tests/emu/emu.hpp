@@ -346,6 +346,7 @@ inline unsigned char* dynamic_smem() { return blk().dyn.data(); }
 }  // namespace emu
 
 // ---- the CUDA names the kernels use
+#define EMU_CUDA 1
 #define __global__
 #define __device__
 #define __host__

@@ -189,40 +189,81 @@ fn fused_mlp_stages_match_the_separate_gemvs() {
 }
 
 /// Code-predictor steps of 1 and 3 rows (the 4-row bucket: a padding row) with their
-/// attention and O projection in one launch (`CudaOptions::fused_attention_o`:
-/// `attention_o.cu`, the O projection split by head and summed in fixed point)
-/// compute what the short-cache attention kernel and the O projection compute: identical
-/// sampled codes for 6 frames and last-head logits within 1e-4, with f32 caches and with
-/// the production bf16 ones (its own kernel for each), on the demo model and the
-/// full-size 1.7B geometry.
+/// attention fused with its neighbours (`CudaOptions::fused_attention`): `o`, attention and
+/// the O projection in one launch (`attention_o.cu`, the O projection split by head and
+/// summed in fixed point); `qkv`, at one row the QKV projection too (`qkv_attention_o.cu`,
+/// a cluster per head; 3 rows as `o`) compute what the QKV projection, the short-cache
+/// attention kernel and the O projection compute: identical sampled codes for 6 frames and
+/// last-head logits within 1e-4, with f32 caches and with the production bf16 ones (its
+/// own kernel for each), on the demo model and the full-size 1.7B geometry. On an sm_90
+/// device the 1.7B's one-row steps must take the cluster kernel (every head's cluster
+/// fits at once), or the `qkv` run would only repeat `o`.
 #[test]
-fn fused_attention_o_stages_match_the_separate_kernels() {
-    let test = "fused_attention_o_stages_match_the_separate_kernels";
-    let opts = |exact, fused_attention_o| CudaOptions {
-        fused_attention_o,
+fn fused_attention_stages_match_the_separate_kernels() {
+    let test = "fused_attention_stages_match_the_separate_kernels";
+    let opts = |exact, fused: &str| CudaOptions {
+        fused_attention: fused.parse().unwrap(),
         ..options(exact)
     };
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
+        if name != "demo" {
+            assert_cluster_kernel_fits(test, &model);
+        }
         for rows in [1usize, 3] {
             let prompts = many_prompts(&model, rows, 2, |i| {
                 format!("Request {i}, its code predictor attending and projecting at once.")
             });
             let seeds: Vec<u64> = (0..rows as u64).map(|i| 332 + i).collect();
             for (caches, exact) in [("f32", true), ("bf16", false)] {
-                let Some(apart) =
-                    lock_step_on(&model, test, opts(exact, false), &prompts, &seeds, 6)
+                let Some(apart) = lock_step_on(&model, test, opts(exact, "0"), &prompts, &seeds, 6)
                 else {
                     return;
                 };
-                let fused =
-                    lock_step_on(&model, test, opts(exact, true), &prompts, &seeds, 6).unwrap();
-                let what = format!("attention + O, {rows} rows, {caches} caches");
-                let worst = assert_same_run_on_another_path(&what, name, &fused, &apart, 1e-4);
-                eprintln!("{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}");
+                for fused in ["o", "qkv"] {
+                    let run = lock_step_on(&model, test, opts(exact, fused), &prompts, &seeds, 6)
+                        .unwrap();
+                    let what = format!("fused attention {fused}, {rows} rows, {caches} caches");
+                    let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
+                    eprintln!(
+                        "{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}"
+                    );
+                }
             }
         }
     }
+}
+
+/// On an sm_90 device, `qkv_attention_o_m1` takes the code predictor of `model` and all its
+/// heads' clusters run at once (else the stage calls fall back without saying so).
+fn assert_cluster_kernel_fits(test: &str, model: &Model) {
+    let Some(gpu) = common::open_gpu(test) else {
+        return;
+    };
+    if !gpu.clusters {
+        eprintln!("{test}: no thread-block clusters here: the qkv runs repeat the o path");
+        return;
+    }
+    let d = &model.config.talker.code_predictor.dims();
+    let plan = tts_cuda::stack::qkv_attention_o_plan(d.hidden, d.heads, d.kv_heads, d.head_dim)
+        .expect("the code predictor's shape fits qkv_attention_o");
+    let grid = (
+        tts_cuda::stack::QKV_ATTENTION_O_CLUSTER as u32,
+        d.heads as u32,
+        1,
+    );
+    let at_once = gpu
+        .max_active_clusters("qkv_attention_o_m1", grid, 256, plan.smem)
+        .expect("cluster occupancy");
+    assert!(
+        at_once as usize >= d.heads,
+        "{test}: only {at_once} clusters of qkv_attention_o_m1 fit at once, {} heads",
+        d.heads
+    );
+    eprintln!(
+        "{test}: {at_once} clusters of qkv_attention_o_m1 fit at once ({} needed)",
+        d.heads
+    );
 }
 
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
@@ -316,7 +357,7 @@ fn staged_gemv_stages_match_the_gemv_stages() {
             staged_mma_rows: 0,
             chain_gemv: false,
             fused_mlp: "0".parse().unwrap(),
-            fused_attention_o: false,
+            fused_attention: "0".parse().unwrap(),
             ..options(false)
         };
         let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));
