@@ -21,15 +21,15 @@
 #define MLP_MAX_STEPS 8
 #define MLP_MAX_IPB 64
 
-// A warp's copy of the row x (width H) with the norm's gains applied, as lane octets of
-// 256-wide steps (xin[j][i] = x[k]·g[k], k = lane·8 + j·256 + i), and the row's 1 / rms:
-// the products and sums gemv_staged.cu forms.
+// A warp's copy of the row x (width H, at most 256·STEPS) with the norm's gains applied,
+// as lane octets of 256-wide steps (xin[j][i] = x[k]·g[k], k = lane·8 + j·256 + i), and
+// the row's 1 / rms: the products and sums gemv_staged.cu forms.
+template <int STEPS>
 __device__ __forceinline__ float mlp_row_in(const float* x, const float* __restrict__ norm_w,
-                                            int H, float eps, int lane,
-                                            float (&xin)[MLP_MAX_STEPS][8]) {
+                                            int H, float eps, int lane, float (&xin)[STEPS][8]) {
     float sq = 0.f;
 #pragma unroll
-    for (int j = 0; j < MLP_MAX_STEPS; j++) {
+    for (int j = 0; j < STEPS; j++) {
         if (j < H / 256) {
             const int idx = lane * 8 + j * 256;
             const float4* xp = (const float4*)(x + idx);
@@ -76,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
 
     // 2. the row, its gains applied, in every warp, and its 1 / rms
     float xin[MLP_MAX_STEPS][8];
-    const float inv = mlp_row_in(x, norm_w, H, eps, lane, xin);
+    const float inv = mlp_row_in<MLP_MAX_STEPS>(x, norm_w, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
 
@@ -117,31 +117,44 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
     fixed_fold_last(sums, arrived, x, H, 1, H);
 }
 
-// mlp_stream_m1: the same MLP for layers whose slices do not fit shared memory (the 1.7B
-// talker's, 2048 wide with 6144 columns): the same grid, sums and order of products, but
-// the gate/up rows stream from memory into registers, a column pair at a time per warp
-// (the first pair loaded before the PDL wait), and the block's down slices are asked into
-// L2 at the start so its last phase reads them from there.
-extern "C" __global__ void __launch_bounds__(256) mlp_stream_m1(
+// mlp_stream_m1_s4 / _s8: the same MLP for rows of at most 256·STEPS (4: 1024, the code
+// predictor's; 8: 2048, the 1.7B talker's), for layers whose slices do not fit shared
+// memory (the talker's, 2048 wide with 6144 columns) or that should leave shared memory to
+// the next launch (the code predictor's beside qkv_attention_o.cu): the same grid, sums and
+// order of products, but the gate/up rows stream from memory into registers, a column
+// pair at a time per warp (the first pair loaded before the PDL wait), and the block's down
+// slices, with `prefetch` its other gate/up rows too, are asked into L2 at the start so the
+// later phases read them from there (the host asks for the gate/up rows where the whole
+// layer's fit in L2 beside the rest).
+template <int STEPS>
+__device__ __forceinline__ void mlp_stream_body(
     const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
     const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,
-    unsigned int* arrived, int early) {
+    unsigned int* arrived, int early, int prefetch) {
     __shared__ float s_act[MLP_MAX_IPB];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j0 = blockIdx.x * ipb, steps = H / 256;
-    // 1. the down slices into L2 (ipb bf16 of each row: at most two 128-byte lines)
+    // 1. the down slices into L2 (ipb bf16 of each row: at most two 128-byte lines), and
+    //    with `prefetch` the gate/up rows of the pairs after each warp's first
     for (int n = tid; n < H; n += blockDim.x) {
         const bf16* row = Wd + (size_t)n * I + j0;
         prefetch_l2(row);
         prefetch_l2(row + ipb - 1);
     }
+    if (prefetch) {
+        const int lines = H / 64;  // 128-byte lines of a gate/up row
+        for (int i = tid; i < (2 * ipb - 2 * MLP_WARPS) * lines; i += blockDim.x) {
+            const int r = 2 * MLP_WARPS + i / lines;
+            if (r < 2 * ipb) prefetch_l2(Wgu + (size_t)(2 * j0 + r) * H + (i % lines) * 64);
+        }
+    }
     // ... and this warp's first column pair into registers
-    uint4 w[2][MLP_MAX_STEPS];
+    uint4 w[2][STEPS];
     auto load_pair = [&](int q) {
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
-            for (int j = 0; j < MLP_MAX_STEPS; j++)
+            for (int j = 0; j < STEPS; j++)
                 if (j < steps)
                     w[r][j] = __ldg((const uint4*)(Wgu + (size_t)(2 * (j0 + q) + r) * H + lane * 8 +
                                                    j * 256));
@@ -152,15 +165,15 @@ extern "C" __global__ void __launch_bounds__(256) mlp_stream_m1(
     if (!early) pdl_trigger();
 
     // 2. the row, its gains applied, and its 1 / rms
-    float xin[MLP_MAX_STEPS][8];
-    const float inv = mlp_row_in(x, norm_w, H, eps, lane, xin);
+    float xin[STEPS][8];
+    const float inv = mlp_row_in<STEPS>(x, norm_w, H, eps, lane, xin);
 
     // 3. the activations: warp w takes column pairs w, w + 8, ..., the next pair's loads
     //    issued before this one's sums
     for (int q = warp; q < ipb; q += MLP_WARPS) {
         float acc[2] = {0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < MLP_MAX_STEPS; j++) {
+        for (int j = 0; j < STEPS; j++) {
             if (j >= steps) break;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -190,3 +203,14 @@ extern "C" __global__ void __launch_bounds__(256) mlp_stream_m1(
     }
     fixed_fold_last(sums, arrived, x, H, 1, H);
 }
+
+#define MLP_STREAM_ENTRY(NAME, STEPS)                                                          \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                     \
+        const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,       \
+        const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,        \
+        unsigned int* arrived, int early, int prefetch) {                                       \
+        mlp_stream_body<STEPS>(Wgu, Wd, H, I, ipb, norm_w, eps, x, sums, arrived, early,        \
+                               prefetch);                                                       \
+    }
+MLP_STREAM_ENTRY(mlp_stream_m1_s4, 4)
+MLP_STREAM_ENTRY(mlp_stream_m1_s8, 8)

@@ -107,7 +107,7 @@ __device__ __forceinline__ void qkv_attention_o_body(
 
     // 1. the normed row and this block's S QKV sums
     float xin[MLP_MAX_STEPS][8];
-    const float inv = mlp_row_in(x, in_norm, H, eps, lane, xin);
+    const float inv = mlp_row_in<MLP_MAX_STEPS>(x, in_norm, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
     const int steps = H / 256;

@@ -118,26 +118,24 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) {
     );
 }
 
-/// `mlp_fused_m1` and `mlp_stream_m1` on the plans of the code predictor's MLP (1024 ×
-/// 3072, also the 0.6B talker's) and the 1.7B talker's (2048 × 6144, streamed), and on a
-/// smaller machine's plan (fewer, wider slices).
+/// `mlp_fused_m1` and the stream kernels on the plans of the code predictor's MLP (1024 ×
+/// 3072, also the 0.6B talker's: staged, or streamed with its gate/up rows asked into L2)
+/// and the 1.7B talker's (2048 × 6144, streamed), and on a smaller machine's plan (fewer,
+/// wider slices).
 #[test]
 fn fused_mlp_kernels_match_the_reference() {
     let mut args = Vec::new();
     let mut case = |hidden: usize, inter: usize, sms: usize, staged: bool| {
         let plan = tts_cuda::linear::fused_mlp_plan(hidden, inter, sms, staged)
             .unwrap_or_else(|| panic!("{hidden}x{inter} on {sms} SMs fits"));
-        let kernel = if staged {
-            "mlp_fused_m1"
-        } else {
-            "mlp_stream_m1"
-        };
+        let (kernel, prefetch) = plan.kernel(hidden);
         args.extend([
             kernel.to_string(),
             hidden.to_string(),
             inter.to_string(),
             plan.cols_per_block.to_string(),
             plan.smem.to_string(),
+            u8::from(prefetch).to_string(),
         ]);
     };
     case(1024, 3072, H200_SMS, true);

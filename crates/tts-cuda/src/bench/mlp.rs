@@ -9,23 +9,27 @@ use crate::linear::{fused_mlp, fused_mlp_call, linear, linear_then, Act, GemmScr
 use crate::linear::{NextLinear, Rows};
 
 /// Times 64 one-row MLPs in a graph, cycling through enough weight copies to defeat the
-/// L2 cache, for the code predictor's shape in a staged call (`mlp_fused_m1` against two
-/// staged GEMVs) and the 1.7B talker's outside one (`mlp_stream_m1` against two GEMVs).
-/// The bandwidth column counts the MLP's weights (gate, up and down).
+/// L2 cache, for the code predictor's shape in a staged call (two staged GEMVs against
+/// `mlp_fused_m1` and against the 4-step stream kernel) and the 1.7B talker's outside one
+/// (two GEMVs against the 8-step stream kernel). The bandwidth column counts the MLP's
+/// weights (gate, up and down).
 pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
     let shapes = [
         ("cp", 1024usize, 3072usize, SmallCall::Staged),
         ("talker", 2048, 6144, SmallCall::Default),
     ];
     let mut scratch = GemmScratch::new(gpu, 1, 6144, 12288)?;
-    scratch.paths.fused_mlp = "1".parse().map_err(CudaError::Shape)?;
-    let scratch = scratch;
     let x: DBuf<f32> = gpu.upload(&vec![0.01f32; 2048])?;
     let gu: DBuf<f32> = gpu.zeros(6144)?;
     let gain: DBuf<f32> = gpu.upload(&vec![1.0f32; 2048])?;
     let norm = (gain.ptr, 1e-6f32);
     let mut out = Vec::new();
     for (name, h, inter, mode) in shapes {
+        let variants: &[&str] = if mode == SmallCall::Staged {
+            &["0", "staged", "staged-stream"]
+        } else {
+            &["0", "stream"]
+        };
         let bytes = 6 * h * inter;
         let copies = (256 << 20) / bytes + 1;
         let w = |n: usize, k: usize| -> Vec<u16> {
@@ -47,12 +51,15 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
             ld: width,
             count: 1,
         };
-        let fits = gpu.with_small_call(mode, || {
-            let (g, d) = &layers[0];
-            fused_mlp_call(gpu, &scratch, (g, d), row(x.ptr, h)).map(|p| p.smem > 0)
-        });
-        for fused in [false, true] {
-            if fused && fits.is_none() {
+        for &variant in variants {
+            scratch.paths.fused_mlp = variant.parse().map_err(CudaError::Shape)?;
+            let fused = variant != "0";
+            let scratch = &scratch;
+            let plan = gpu.with_small_call(mode, || {
+                let (g, d) = &layers[0];
+                fused_mlp_call(gpu, scratch, (g, d), row(x.ptr, h))
+            });
+            if fused && plan.is_none() {
                 continue; // the kernel does not take this shape on this device
             }
             let launches = 64;
@@ -62,8 +69,8 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
                         let (g, d) = &layers[i % layers.len()];
                         let xr = row(x.ptr, h);
                         if fused {
-                            if let Some(p) = fused_mlp_call(gpu, &scratch, (g, d), xr) {
-                                fused_mlp(gpu, &scratch, (g, d), xr, norm, p, true)?;
+                            if let Some(p) = fused_mlp_call(gpu, scratch, (g, d), xr) {
+                                fused_mlp(gpu, scratch, (g, d), xr, norm, p, true)?;
                             }
                             continue;
                         }
@@ -78,7 +85,7 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
                             None,
                             gu.ptr,
                             inter,
-                            &scratch,
+                            scratch,
                             next,
                         )?;
                         linear(
@@ -90,7 +97,7 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
                             res,
                             x.ptr,
                             h,
-                            &scratch,
+                            scratch,
                         )?;
                     }
                     Ok(())
@@ -100,10 +107,9 @@ pub fn bench_mlp(gpu: &Gpu) -> Result<Vec<KernelTiming>, CudaError> {
             g.launch()?;
             let ms = gpu.time_ms(|| (0..5).try_for_each(|_| g.launch()))?;
             let us = ms * 1e3 / (5 * launches) as f64;
-            let label = match (fused, fits) {
-                (false, _) => "mlp gate_up+down",
-                (true, Some(true)) => "mlp_fused",
-                (true, _) => "mlp_stream",
+            let label = match plan.filter(|_| fused) {
+                None => "mlp gate_up+down",
+                Some(p) => p.kernel(h).0,
             };
             out.push(KernelTiming {
                 name: format!("{label} {name} [{h}x{inter}] m=1"),

@@ -1,11 +1,13 @@
 //! The one-row fused MLP (`mlp_fused.cu`): a decoder layer's gate/up and down projections
 //! in one launch instead of two, `x += down(silu(gate(norm x)) · up(norm x))`, each block
 //! owning a slice of the intermediate columns and adding its share of every output in
-//! fixed point (the same bits every run). Two kernels: `mlp_fused_m1` for one-row calls of
-//! the stages that stage their weights (`SmallCall::Staged`: the code predictor's steps by
-//! default), its slices copied into shared memory before the PDL wait; `mlp_stream_m1` for
-//! the other one-row calls (talker steps), its slices streamed. Each where the shapes fit
-//! and `LinearPaths::fused_mlp` asks for it.
+//! fixed point (the same bits every run). Two kernels: `mlp_fused_m1`, its slices copied
+//! into shared memory before the PDL wait, for one-row calls of the stages that stage their
+//! weights (`SmallCall::Staged`: the code predictor's steps by default); `mlp_stream_m1_s4`
+//! / `_s8` (rows up to 1024 / 2048 wide), its slices streamed through registers and L2,
+//! for the other one-row calls (talker steps), or for the staged ones too where asked
+//! (leaving shared memory to the next launch). Each where the shapes fit and
+//! `LinearPaths::fused_mlp` asks for it.
 
 use super::{GemmScratch, Linear, Rows};
 use crate::device::{Arg, Gpu};
@@ -22,10 +24,13 @@ const MAX_COLS_PER_BLOCK: usize = 64;
 /// Which one-row MLPs run as one launch (`CudaOptions::fused_mlp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FusedMlp {
-    /// Those of staged stage calls (`mlp_fused_m1`).
+    /// Those of staged stage calls (`mlp_fused_m1`, or with `staged_streams` the stream
+    /// kernel).
     pub staged: bool,
-    /// The others (`mlp_stream_m1`).
+    /// The others (`mlp_stream_m1_*`).
     pub stream: bool,
+    /// Staged calls take the stream kernel too, leaving shared memory to the next launch.
+    pub staged_streams: bool,
 }
 
 /// Off until measured on the H200 (`docs/cuda-knobs.md`).
@@ -34,6 +39,7 @@ impl Default for FusedMlp {
         Self {
             staged: false,
             stream: false,
+            staged_streams: false,
         }
     }
 }
@@ -41,26 +47,62 @@ impl Default for FusedMlp {
 impl std::str::FromStr for FusedMlp {
     type Err = String;
 
-    /// `0` (neither), `staged`, `stream` or `1` (both).
+    /// `0` (neither), `staged`, `staged-stream` (staged calls on the stream kernel),
+    /// `stream`, `1` (`staged` and `stream`) or `all-stream` (every one-row call on the
+    /// stream kernel).
     fn from_str(s: &str) -> Result<Self, String> {
-        let (staged, stream) = match s.trim() {
-            "0" | "off" | "none" => (false, false),
-            "staged" => (true, false),
-            "stream" => (false, true),
-            "1" | "on" | "both" => (true, true),
-            other => return Err(format!("{other:?}: expected 0, staged, stream or 1")),
+        let (staged, stream, staged_streams) = match s.trim() {
+            "0" | "off" | "none" => (false, false, false),
+            "staged" => (true, false, false),
+            "staged-stream" => (true, false, true),
+            "stream" => (false, true, false),
+            "1" | "on" | "both" => (true, true, false),
+            "all-stream" => (true, true, true),
+            other => {
+                return Err(format!(
+                    "{other:?}: expected 0, staged, staged-stream, stream, 1 or all-stream"
+                ))
+            }
         };
-        Ok(Self { staged, stream })
+        Ok(Self {
+            staged,
+            stream,
+            staged_streams,
+        })
     }
 }
 
-/// How `mlp_fused_m1` (`smem` bytes of weights a block) or `mlp_stream_m1` (`smem` 0)
+/// Most bytes of gate/up weights a layer may have for `mlp_stream_m1_*` to ask them all
+/// into L2 before its wait (the code predictor's 12 MiB; not the 1.7B talker's 48 MiB,
+/// which would push out what the next launches read).
+const PREFETCH_MAX_BYTES: usize = 16 << 20;
+
+/// How `mlp_fused_m1` (`smem` bytes of weights a block) or `mlp_stream_m1_*` (`smem` 0)
 /// covers a layer: `blocks` blocks of `cols_per_block` intermediate columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MlpPlan {
     pub blocks: usize,
     pub cols_per_block: usize,
     pub smem: usize,
+}
+
+impl MlpPlan {
+    /// The kernel of the plan for rows `hidden` wide, and whether (a stream kernel) it
+    /// asks its gate/up rows into L2 before its wait.
+    pub fn kernel(&self, hidden: usize) -> (&'static str, bool) {
+        if self.smem > 0 {
+            ("mlp_fused_m1", false)
+        } else {
+            let name = if hidden <= 1024 {
+                "mlp_stream_m1_s4"
+            } else {
+                "mlp_stream_m1_s8"
+            };
+            // gate and up rows: 2 · cols · hidden bf16 per block
+            let gate_up = self.blocks * self.cols_per_block * hidden * 4;
+            (name, gate_up <= PREFETCH_MAX_BYTES)
+        }
+    }
 }
 
 /// The fused MLP's cover of a layer of width `hidden` and `inter` intermediate columns on
@@ -95,16 +137,12 @@ pub fn fused_mlp_call(
     x: Rows,
 ) -> Option<MlpPlan> {
     let (hidden, inter) = (gate_up.k, down.k);
-    let staged = gpu.staged_gemv();
+    let (staged, paths) = (gpu.staged_gemv(), &scratch.paths.fused_mlp);
     let fp8_codes =
         |l: &Linear, norm: bool| l.fp8.is_some() && scratch.paths.fp8_codes(1, l.n, l.k, norm);
     let takes = x.count == 1
         && x.ptr.is_multiple_of(16)
-        && if staged {
-            scratch.paths.fused_mlp.staged
-        } else {
-            scratch.paths.fused_mlp.stream
-        }
+        && if staged { paths.staged } else { paths.stream }
         && gate_up.n == 2 * inter
         && down.n == hidden
         && hidden <= scratch.row_sums_len()
@@ -112,14 +150,14 @@ pub fn fused_mlp_call(
         && down.bias.is_none()
         && !fp8_codes(gate_up, true)
         && !fp8_codes(down, false);
+    let in_smem = staged && !paths.staged_streams;
     takes
-        .then(|| fused_mlp_plan(hidden, inter, gpu.sm_count as usize, staged))
+        .then(|| fused_mlp_plan(hidden, inter, gpu.sm_count as usize, in_smem))
         .flatten()
 }
 
 /// `x += down(silu(gate(norm x)) · up(norm x))` for the one row `x` in one launch of
-/// `mlp_fused_m1`, or `mlp_stream_m1` for a plan without shared memory (`plan` from
-/// [`fused_mlp_call`]). `early`: the very next launch is a
+/// the plan's kernel ([`MlpPlan::kernel`]; `plan` from [`fused_mlp_call`]). `early`: the very next launch is a
 /// linear layer's kernel, which reads nothing but weights before its wait, so this one
 /// lets it launch at once (see `gemv_staged.cu`).
 pub fn fused_mlp(
@@ -133,30 +171,31 @@ pub fn fused_mlp(
 ) -> Result<(), CudaError> {
     scratch.forget_ready();
     let (sums, arrived) = scratch.row_sums();
+    let (name, prefetch) = plan.kernel(gate_up.k);
+    let mut args = vec![
+        Arg::P(gate_up.w.ptr),
+        Arg::P(down.w.ptr),
+        Arg::I(gate_up.k as i32),
+        Arg::I(down.k as i32),
+        Arg::I(plan.cols_per_block as i32),
+        Arg::P(norm),
+        Arg::F(eps),
+        Arg::P(x.ptr),
+        Arg::P(sums),
+        Arg::P(arrived),
+        Arg::I(i32::from(early)),
+    ];
+    if plan.smem == 0 {
+        args.push(Arg::I(i32::from(prefetch)));
+    }
     gpu.launch_reading(
         (gate_up.w.ptr, gate_up.bf16_bytes() + down.bf16_bytes()),
-        if plan.smem > 0 {
-            "mlp_fused_m1"
-        } else {
-            "mlp_stream_m1"
-        },
+        name,
         (plan.blocks as u32, 1, 1),
         256,
         plan.smem as u32,
         None,
-        &[
-            Arg::P(gate_up.w.ptr),
-            Arg::P(down.w.ptr),
-            Arg::I(gate_up.k as i32),
-            Arg::I(down.k as i32),
-            Arg::I(plan.cols_per_block as i32),
-            Arg::P(norm),
-            Arg::F(eps),
-            Arg::P(x.ptr),
-            Arg::P(sums),
-            Arg::P(arrived),
-            Arg::I(i32::from(early)),
-        ],
+        &args,
     )
 }
 
@@ -184,6 +223,15 @@ mod tests {
             (talker.blocks, talker.cols_per_block, talker.smem),
             (128, 48, 0)
         );
+        // on the 8-step stream kernel, its 48 MiB of gate/up rows not asked into L2; the
+        // code predictor's streamed (12 MiB) on the 4-step one, asked into L2
+        assert_eq!(talker.kernel(2048), ("mlp_stream_m1_s8", false));
+        let cp = fused_mlp_plan(1024, 3072, 132, false).expect("streams");
+        assert_eq!(cp.kernel(1024), ("mlp_stream_m1_s4", true));
+        assert_eq!(
+            fused_mlp_plan(1024, 3072, 132, true).map(|p| p.kernel(1024)),
+            Some(("mlp_fused_m1", false))
+        );
         for (h, i) in [(64, 128), (1000, 3072), (4096, 3072), (0, 8)] {
             assert!(fused_mlp_plan(h, i, 132, false).is_none(), "{h}x{i}");
         }
@@ -199,14 +247,20 @@ mod tests {
     /// Each choice of `QWEN3_TTS_FUSED_MLP` parses; anything else is refused.
     #[test]
     fn fused_mlp_choices_parse() {
-        for (s, staged, stream) in [
-            ("0", false, false),
-            ("staged", true, false),
-            ("stream", false, true),
-            ("1", true, true),
+        for (s, staged, stream, staged_streams) in [
+            ("0", false, false, false),
+            ("staged", true, false, false),
+            ("staged-stream", true, false, true),
+            ("stream", false, true, false),
+            ("1", true, true, false),
+            ("all-stream", true, true, true),
         ] {
             let v: FusedMlp = s.parse().expect(s);
-            assert_eq!((v.staged, v.stream), (staged, stream), "{s}");
+            assert_eq!(
+                (v.staged, v.stream, v.staged_streams),
+                (staged, stream, staged_streams),
+                "{s}"
+            );
         }
         assert!("yes".parse::<FusedMlp>().is_err());
     }

@@ -1,6 +1,7 @@
 // Emulated check of mlp_fused.cu (both kernels) against an f64 reference of
 //   x += down(silu(gate(norm x)) · up(norm x)),
-// on the launch plans `linear::fused_mlp_plan` gives (argv: kernel H I ipb smem per case).
+// on the launch plans `linear::fused_mlp_plan` gives (argv per case: kernel H I ipb smem
+// prefetch).
 // Also: the fixed-point sums and the arrival count are left at zero, and a second launch
 // on the same input gives the same bits.
 
@@ -28,8 +29,8 @@ static std::vector<double> mlp_reference(const std::vector<float>& x, const std:
     return out;
 }
 
-static void run_case(const std::string& kernel, int H, int I, int ipb, int smem) {
-    check::Rng rng((uint64_t)H * 7919 + I + (kernel == "mlp_stream_m1"));
+static void run_case(const std::string& kernel, int H, int I, int ipb, int smem, int prefetch) {
+    check::Rng rng((uint64_t)H * 7919 + I + (kernel != "mlp_fused_m1"));
     const auto wgu = check::bf16_values(rng, (size_t)2 * I * H, 0.05f);
     const auto wd = check::bf16_values(rng, (size_t)H * I, 0.03f);
     const auto x0 = check::f32_values(rng, H, 1.0f);
@@ -46,14 +47,21 @@ static void run_case(const std::string& kernel, int H, int I, int ipb, int smem)
         emu::launch(dim3(I / ipb), dim3(256), smem, 1, [&] {
             if (kernel == "mlp_fused_m1")
                 mlp_fused_m1(wg, w2, H, I, ipb, g.data(), eps, x.data(), sums.data(), &arrived, 0);
+            else if (kernel == "mlp_stream_m1_s4")
+                mlp_stream_m1_s4(wg, w2, H, I, ipb, g.data(), eps, x.data(), sums.data(), &arrived, 1,
+                                 prefetch);
+            else if (kernel == "mlp_stream_m1_s8")
+                mlp_stream_m1_s8(wg, w2, H, I, ipb, g.data(), eps, x.data(), sums.data(), &arrived, 1,
+                                 prefetch);
             else
-                mlp_stream_m1(wg, w2, H, I, ipb, g.data(), eps, x.data(), sums.data(), &arrived, 1);
+                emu::fail("unknown kernel");
         });
     };
     std::vector<float> x = x0, again = x0;
     launch(x);
     const std::string name = kernel + " " + std::to_string(H) + "x" + std::to_string(I) + " (" +
-                             std::to_string(I / ipb) + " blocks of " + std::to_string(ipb) + ")";
+                             std::to_string(I / ipb) + " blocks of " + std::to_string(ipb) +
+                             (prefetch ? ", gate/up asked into L2)" : ")");
     check::close(name, x, want, 2e-5);
     bool zero = arrived == 0;
     for (auto s : sums) zero &= s == 0;
@@ -64,9 +72,9 @@ static void run_case(const std::string& kernel, int H, int I, int ipb, int smem)
 }
 
 int main(int argc, char** argv) {
-    if ((argc - 1) % 5 != 0 || argc == 1) emu::fail("usage: mlp_fused (kernel H I ipb smem)...");
-    for (int i = 1; i < argc; i += 5)
+    if ((argc - 1) % 6 != 0 || argc == 1) emu::fail("usage: mlp_fused (kernel H I ipb smem prefetch)...");
+    for (int i = 1; i < argc; i += 6)
         run_case(argv[i], std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]),
-                 std::atoi(argv[i + 4]));
+                 std::atoi(argv[i + 4]), std::atoi(argv[i + 5]));
     return check::failures() ? 1 : 0;
 }

@@ -31,7 +31,8 @@ fn mlp_reference(x: &[f32], g: &[f32], gu: &[u16], down: &[u16], inter: usize) -
         .collect()
 }
 
-/// Both fused MLP kernels (`mlp_fused_m1` in a staged call, `mlp_stream_m1` outside one)
+/// Both fused MLP kernels (`mlp_fused_m1` in a staged call; the stream kernels outside
+/// one, and in a staged one where asked, `staged-stream`: its gate/up rows asked into L2)
 /// give their reference's row within 2e-5 of the largest MLP output, the gate/up + down
 /// GEMVs' row within 1e-5, and the same bits when run again (the fixed-point sums do not
 /// depend on the blocks' order, and a launch leaves them zero for the next): on the code
@@ -57,9 +58,12 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
         return;
     }
     let mut rnd = common::uniform(9090, -1.0, 1.0);
-    let mut scratch = GemmScratch::new(&gpu, 4, 6144, 12288).unwrap();
-    scratch.paths.fused_mlp = "1".parse().unwrap();
-    let scratch = scratch;
+    let scratch_for = |fused: &str| {
+        let mut s = GemmScratch::new(&gpu, 4, 6144, 12288).unwrap();
+        s.paths.fused_mlp = fused.parse().unwrap();
+        s
+    };
+    let (scratch, all_stream) = (scratch_for("1"), scratch_for("all-stream"));
     for (h, inter) in [
         (1024usize, 3072usize),
         (2048, 1024),
@@ -81,7 +85,7 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
         let norm = (gd.ptr, 1e-6f32);
         let what = format!("{h}x{inter}");
 
-        let fused = |gpu: &tts_cuda::device::Gpu, mode: SmallCall| {
+        let fused = |gpu: &tts_cuda::device::Gpu, mode: SmallCall, scratch: &GemmScratch| {
             let xd = gpu.upload(&x).unwrap();
             let rows = Rows {
                 ptr: xd.ptr,
@@ -89,10 +93,10 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
                 count: 1,
             };
             gpu.with_small_call(mode, || {
-                let Some(plan) = fused_mlp_call(gpu, &scratch, (&gate_up, &down_l), rows) else {
+                let Some(plan) = fused_mlp_call(gpu, scratch, (&gate_up, &down_l), rows) else {
                     return Ok(None);
                 };
-                fused_mlp(gpu, &scratch, (&gate_up, &down_l), rows, norm, plan, false)?;
+                fused_mlp(gpu, scratch, (&gate_up, &down_l), rows, norm, plan, false)?;
                 Ok::<_, tts_cuda::CudaError>(Some(plan.smem > 0))
             })
             .unwrap()
@@ -148,19 +152,20 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
             (0..h).fold(0f64, |m, i| m.max((f64::from(a[i]) - b(i)).abs())) / scale
         };
         let mut kernels = 0;
-        for (mode, kernel) in [
-            (SmallCall::Staged, "mlp_fused"),
-            (SmallCall::Default, "mlp_stream"),
+        for (mode, sc, kernel) in [
+            (SmallCall::Staged, &scratch, "mlp_fused"),
+            (SmallCall::Staged, &all_stream, "mlp_stream"),
+            (SmallCall::Default, &scratch, "mlp_stream"),
         ] {
-            let Some((staged, got)) = fused(&gpu, mode) else {
+            let Some((staged, got)) = fused(&gpu, mode, sc) else {
                 // only the talker's shape is too big for shared memory
                 assert!(
-                    mode == SmallCall::Staged && h * inter == 2048 * 6144,
+                    kernel == "mlp_fused" && h * inter == 2048 * 6144,
                     "{what}: {kernel} should take this row"
                 );
                 continue;
             };
-            assert_eq!(staged, mode == SmallCall::Staged, "{what}: {kernel}'s plan");
+            assert_eq!(staged, kernel == "mlp_fused", "{what}: {kernel}'s plan");
             let vs_ref = err(&got, &|i| reference[i]);
             let vs_staged = err(&got, &|i| f64::from(staged_row[i]));
             assert!(
@@ -171,7 +176,7 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
                 vs_staged <= 1e-5,
                 "{what} {kernel}: rel err {vs_staged:e} against the GEMVs"
             );
-            let (_, again) = fused(&gpu, mode).unwrap();
+            let (_, again) = fused(&gpu, mode, sc).unwrap();
             let differ = got
                 .iter()
                 .zip(&again)
@@ -182,14 +187,14 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
                 "{what} {kernel}: a second launch changed {differ} outputs' bits"
             );
             gpu.without = vec![kernel.into()];
-            let (_, left_out) = fused(&gpu, mode).unwrap();
+            let (_, left_out) = fused(&gpu, mode, sc).unwrap();
             gpu.without.clear();
             assert_eq!(
                 left_out, x,
                 "{what}: with {kernel} left out the row changed"
             );
             eprintln!(
-                "{test}: {what} {kernel}: rel err {vs_ref:.2e} against the reference, {vs_staged:.2e} against the GEMVs, the same bits again"
+                "{test}: {what} {kernel} ({mode:?}): rel err {vs_ref:.2e} against the reference, {vs_staged:.2e} against the GEMVs, the same bits again"
             );
             kernels += 1;
         }

@@ -159,7 +159,8 @@ fn gemv_norm_chain_matches_the_fused_norm() {
 }
 
 /// One-row stage calls with their MLPs in one launch (`CudaOptions::fused_mlp`: the code
-/// predictor's steps on `mlp_fused_m1`, and the talker's on `mlp_stream_m1`)
+/// predictor's steps on `mlp_fused_m1` or, `all-stream`, on the stream kernel, and the
+/// talker's on the stream kernel)
 /// compute what gate/up then down compute: one request, f32 caches, identical sampled
 /// codes for 6 frames and last-head logits within 1e-4, on the full-size 1.7B geometry
 /// (the demo model's shapes do not fit the kernels: both runs take the same path there).
@@ -179,7 +180,7 @@ fn fused_mlp_stages_match_the_separate_gemvs() {
         let Some(apart) = lock_step_on(&model, test, opts("0"), &prompts, &seeds, 6) else {
             return;
         };
-        for fused in ["staged", "1"] {
+        for fused in ["staged", "1", "all-stream"] {
             let run = lock_step_on(&model, test, opts(fused), &prompts, &seeds, 6).unwrap();
             let what = format!("fused MLP {fused}");
             let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
