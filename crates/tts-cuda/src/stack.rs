@@ -21,7 +21,8 @@ pub use attention_o::{attention_o_plan, AoPlan, ATTENTION_O_MAX_SMEM};
 pub use fused_attention::FusedAttention;
 use qkv_attention_o::{qkv_attention_o, qkv_attention_o_call};
 pub use qkv_attention_o::{
-    qkv_attention_o_plan, QaoPlan, QKV_ATTENTION_O_CLUSTER, QKV_ATTENTION_O_MAX_SMEM,
+    qkv_attention_o_fits, qkv_attention_o_plan, QaoPlan, QKV_ATTENTION_O_CLUSTER,
+    QKV_ATTENTION_O_MAX_SMEM,
 };
 
 /// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in

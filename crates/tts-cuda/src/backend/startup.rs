@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use tts_model::backend::BackendInfo;
+use tts_model::config::StackDims;
 use tts_model::Model;
 
 use super::{Codec, CudaBackend, CudaOptions, GraphKind};
@@ -47,7 +48,7 @@ fn open_gpu(opts: &CudaOptions) -> Result<Gpu, CudaError> {
 }
 
 /// The linear and attention paths `opts` allows (each on where the device takes it).
-fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
+fn choose_paths(gpu: &Gpu, ws: &mut Workspace, opts: &CudaOptions, cp: &StackDims) {
     let paths = &mut ws.scratch.paths;
     paths.cluster &= opts.cluster_linear;
     paths.tile &= opts.tile_linear;
@@ -59,6 +60,10 @@ fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     paths.chain_gemv = opts.chain_gemv;
     paths.fused_mlp = opts.fused_mlp;
     paths.fused_attention = opts.fused_attention;
+    // the one-launch attention half only where every head's cluster fits at once
+    if paths.fused_attention.with_qkv {
+        paths.fused_attention.with_qkv = crate::stack::qkv_attention_o_fits(gpu, cp);
+    }
     paths.group_attention = opts.group_attention;
     paths.row_attention_rows = opts.row_attention_rows;
     paths.row_attention_split = opts.row_attention_split;
@@ -237,7 +242,7 @@ impl CudaBackend {
             );
         }
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
-        choose_paths(&mut ws, &opts);
+        choose_paths(&gpu, &mut ws, &opts, &cp.stack.dims);
         let (cp_loop, talker_layers) = persistent_kernels(&gpu, (&talker, &cp), &ws, &opts)?;
         let layers = tuning_layers(&talker, &cp);
         let lt_tuning = tune_lt(&gpu, &layers, &ws, &opts)?;

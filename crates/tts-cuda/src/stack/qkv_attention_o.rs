@@ -2,9 +2,9 @@
 //! (`qkv_attention_o.cu`): `x += O · attention(QKV(norm x))`, one thread-block cluster of
 //! [`QKV_ATTENTION_O_CLUSTER`] blocks per q head, the head's QKV rows split across the
 //! cluster and exchanged through distributed shared memory, the O projection summed across
-//! heads in fixed point. Taken by one-row staged stage calls where the shapes fit, the
-//! device runs clusters, every head's cluster fits on it at once, and
-//! `LinearPaths::fused_attention` asks for it.
+//! heads in fixed point. Taken by one-row staged stage calls where the shapes fit and
+//! `LinearPaths::fused_attention` asks for it; start-up turns that off where the device
+//! cannot run every head's cluster at once ([`qkv_attention_o_fits`]).
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
@@ -63,10 +63,41 @@ pub fn qkv_attention_o_plan(
     })
 }
 
+/// Whether the device runs `qkv_attention_o_m1` for a stack of `dims`: clusters, a shape
+/// the kernel takes, and every head's cluster on the device at once (the occupancy API;
+/// asked at start-up, not while a graph is captured).
+pub fn qkv_attention_o_fits(gpu: &Gpu, dims: &StackDims) -> bool {
+    let Some(plan) = qkv_attention_o_plan(dims.hidden, dims.heads, dims.kv_heads, dims.head_dim)
+    else {
+        tracing::warn!(?dims, "qkv_attention_o does not take this stack's shape");
+        return false;
+    };
+    if !gpu.clusters {
+        tracing::warn!("qkv_attention_o needs thread-block clusters (sm_90)");
+        return false;
+    }
+    let grid = (QKV_ATTENTION_O_CLUSTER as u32, dims.heads as u32, 1);
+    match gpu.max_active_clusters("qkv_attention_o_m1", grid, 256, plan.smem) {
+        Ok(n) if n as usize >= dims.heads => true,
+        Ok(n) => {
+            tracing::warn!(
+                clusters = n,
+                heads = dims.heads,
+                "qkv_attention_o: not every head's cluster fits on the device at once"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "qkv_attention_o: cluster occupancy unknown");
+            false
+        }
+    }
+}
+
 /// The plan for the attention half (`qkv`, then attention, then `o`) of `rows` rows of a
-/// stack of `dims`, when the call takes it: one row of a staged stage call, the path on,
-/// a device with clusters on which every head's cluster runs at once, bf16 weights without
-/// bias or FP8 codes, shapes that fit.
+/// stack of `dims`, when the call takes it: one row of a staged stage call, the path on
+/// (start-up checked the device, [`qkv_attention_o_fits`]), bf16 weights without bias or
+/// FP8 codes, shapes that fit.
 pub fn qkv_attention_o_call(
     gpu: &Gpu,
     scratch: &GemmScratch,
@@ -78,7 +109,6 @@ pub fn qkv_attention_o_call(
         |l: &Linear, norm: bool| l.fp8.is_some() && scratch.paths.fp8_codes(1, l.n, l.k, norm);
     let takes = rows == 1
         && scratch.paths.fused_attention.with_qkv
-        && gpu.clusters
         && gpu.staged_gemv()
         && dims.hidden <= scratch.row_sums_len()
         && qkv.bias.is_none()
@@ -89,31 +119,9 @@ pub fn qkv_attention_o_call(
         && qkv.n == dims.q_dim() + 2 * dims.kv_dim()
         && o.n == dims.hidden
         && o.k == dims.q_dim();
-    let plan = takes
+    takes
         .then(|| qkv_attention_o_plan(dims.hidden, dims.heads, dims.kv_heads, dims.head_dim))
-        .flatten()?;
-    let name = "qkv_attention_o_m1";
-    let at_once = gpu.max_active_clusters(
-        name,
-        (QKV_ATTENTION_O_CLUSTER as u32, dims.heads as u32, 1),
-        256,
-        plan.smem,
-    );
-    match at_once {
-        Ok(n) if n as usize >= dims.heads => Some(plan),
-        Ok(n) => {
-            tracing::debug!(
-                clusters = n,
-                heads = dims.heads,
-                "qkv_attention_o: not every head's cluster fits at once"
-            );
-            None
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "qkv_attention_o: cluster occupancy unknown");
-            None
-        }
-    }
+        .flatten()
 }
 
 /// `x += O · attention(QKV(norm x))` for one row `x` of a stack of `dims` (`plan` from
