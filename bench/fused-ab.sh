@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The one-row fused kernels on the H200 (repository root of the device machine, binaries
+# built here by bench/device-build.sh and carried in .device-carry/), in two commands of
+# under 600 s each:
+#   PART=parity OUT=... bash bench/fused-ab.sh   # their GPU tests (gpu_parity, filtered)
+#   PART=stages OUT=... bash bench/fused-ab.sh   # bench-stages once per variant + MLP table
+# Variants are knob sets (docs/cuda-knobs.md): the fused MLP kernels (QWEN3_TTS_FUSED_MLP)
+# times the fused attention kernels (QWEN3_TTS_FUSED_ATTENTION). STAGE_VARIANTS replaces
+# the list (NAME:KNOB=VALUE+KNOB=VALUE ...).
+set -u
+source bench/device-env.sh
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+case "${PART:-stages}" in
+parity)
+    # the kernel tests, then the stage-level comparisons (1.7B geometry: the slow ones)
+    for filter in fused_mlp_matches staged_gemv_stages fused_mlp_stages fused_attention_stages; do
+        timeout "${PARITY_TIMEOUT:-240}" $D/gpu_parity --test-threads=1 "$filter" \
+            > "$OUT/parity_$filter.txt" 2>&1
+        echo "parity $filter rc $?"
+        grep -E "^test |test result|panicked|rel err|fit at once" "$OUT/parity_$filter.txt" | head -40
+    done
+    ;;
+stages)
+    M=QWEN3_TTS_FUSED_MLP A=QWEN3_TTS_FUSED_ATTENTION
+    VARIANTS=${STAGE_VARIANTS:-"base: mlp:$M=staged mlps:$M=staged-stream o:$A=o qkv:$A=qkv mlp_o:$M=staged+$A=o mlp_qkv:$M=staged+$A=qkv mlps_qkv:$M=staged-stream+$A=qkv all_qkv:$M=all-stream+$A=qkv both_qkv:$M=1+$A=qkv"}
+    for v in $VARIANTS; do
+        name=${v%%:*}
+        knobs=${v#*:}
+        # shellcheck disable=SC2086
+        env ${knobs//+/ } timeout "${STAGE_TIMEOUT:-90}" $D/qwen3-tts bench-stages \
+            --batches "${BATCHES:-1,2,4}" --iters "${ITERS:-30}" --context 8 --codec-frames 2 \
+            --out "$OUT/stages_$name.json" > "$OUT/stages_$name.txt" 2>&1
+        echo "variant $name ($knobs) rc $?"
+        grep -E "^(code_predictor|talker_step) " "$OUT/stages_$name.txt" | head -8
+    done
+    timeout 120 $D/qwen3-tts bench-stages --batches 1 --iters 10 --kernels \
+        > "$OUT/kernels.txt" 2>&1
+    echo "kernels rc $?"
+    grep -E "^mlp" "$OUT/kernels.txt"
+    ;;
+*)
+    echo "PART must be parity or stages" >&2
+    exit 2
+    ;;
+esac
