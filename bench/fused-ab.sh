@@ -24,7 +24,7 @@ parity)
     ;;
 stages)
     M=QWEN3_TTS_FUSED_MLP A=QWEN3_TTS_FUSED_ATTENTION
-    VARIANTS=${STAGE_VARIANTS:-"base: mlp:$M=staged mlps:$M=staged-stream o:$A=o qkv:$A=qkv mlp_o:$M=staged+$A=o mlp_qkv:$M=staged+$A=qkv mlps_qkv:$M=staged-stream+$A=qkv all_qkv:$M=all-stream+$A=qkv both_qkv:$M=1+$A=qkv"}
+    VARIANTS=${STAGE_VARIANTS:-"base: mlp:$M=staged mlps:$M=staged-stream stream:$M=stream o:$A=o qkv:$A=qkv talker:$A=talker mlp_qkv:$M=staged+$A=qkv mlps_qkv:$M=staged-stream+$A=qkv both_all:$M=1+$A=all stream_all:$M=all-stream+$A=all"}
     for v in $VARIANTS; do
         name=${v%%:*}
         knobs=${v#*:}

@@ -120,18 +120,24 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
 // mlp_stream_m1_s4 / _s8: the same MLP for rows of at most 256·STEPS (4: 1024, the code
 // predictor's; 8: 2048, the 1.7B talker's), for layers whose slices do not fit shared
 // memory (the talker's, 2048 wide with 6144 columns) or that should leave shared memory to
-// the next launch (the code predictor's beside qkv_attention_o.cu): the same grid, sums and
-// order of products, but the gate/up rows stream from memory into registers, a column
-// pair at a time per warp (the first pair loaded before the PDL wait), and the block's down
-// slices, with `prefetch` its other gate/up rows too, are asked into L2 at the start so the
-// later phases read them from there (the host asks for the gate/up rows where the whole
-// layer's fit in L2 beside the rest).
+// the next launch (the code predictor's beside qkv_attention_o.cu): the same grid and
+// products, but the gate/up rows stream from memory into registers, a column pair at a
+// time per warp (the first pair loaded before the PDL wait), and the block's down slices,
+// with `prefetch` its other gate/up rows too, are asked into L2 at the start so the later
+// phases read them from there (the host asks for the gate/up rows where the whole layer's
+// fit in L2 beside the rest). The normed row sits in shared memory (its Σ x² summed by the
+// block), so a block takes ~100 registers a thread and one of qkv_attention_o*.cu's fits
+// beside it on a multiprocessor.
 template <int STEPS>
 __device__ __forceinline__ void mlp_stream_body(
     const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
     const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,
     unsigned int* arrived, int early, int prefetch) {
     __shared__ float s_act[MLP_MAX_IPB];
+    // the row with the norm's gains applied (in shared memory, not in every warp's
+    // registers: those hold the streamed weights)
+    __shared__ __align__(16) float s_xg[256 * STEPS];
+    __shared__ float s_red[33];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j0 = blockIdx.x * ipb, steps = H / 256;
     // 1. the down slices into L2 (ipb bf16 of each row: at most two 128-byte lines), and
@@ -165,8 +171,13 @@ __device__ __forceinline__ void mlp_stream_body(
     if (!early) pdl_trigger();
 
     // 2. the row, its gains applied, and its 1 / rms
-    float xin[STEPS][8];
-    const float inv = mlp_row_in<STEPS>(x, norm_w, H, eps, lane, xin);
+    float sq = 0.f;
+    for (int k = tid; k < H; k += blockDim.x) {
+        const float v = x[k];
+        sq = fmaf(v, v, sq);
+        s_xg[k] = v * norm_w[k];
+    }
+    const float inv = 1.0f / sqrtf(block_sum(sq, s_red) / (float)H + eps);  // barriers: s_xg
 
     // 3. the activations: warp w takes column pairs w, w + 8, ..., the next pair's loads
     //    issued before this one's sums
@@ -175,12 +186,15 @@ __device__ __forceinline__ void mlp_stream_body(
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
             if (j >= steps) break;
+            const float4* xp = (const float4*)(s_xg + lane * 8 + j * 256);
+            const float4 xa = xp[0], xb = xp[1];
+            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 float wf[8];
                 unpack8(w[r][j], wf);
 #pragma unroll
-                for (int i = 0; i < 8; i++) acc[r] = fmaf(xin[j][i], wf[i], acc[r]);
+                for (int i = 0; i < 8; i++) acc[r] = fmaf(xv[i], wf[i], acc[r]);
             }
         }
         if (q + MLP_WARPS < ipb) load_pair(q + MLP_WARPS);

@@ -39,6 +39,11 @@ pub const SOURCES: &[(&str, &str)] = &[
         "qkv_attention_o.cu",
         include_str!("../kernels/qkv_attention_o.cu"),
     ),
+    // after qkv_attention_o.cu: QAO_CS, QAO_CLUSTERS
+    (
+        "qkv_attention_o_long.cu",
+        include_str!("../kernels/qkv_attention_o_long.cu"),
+    ),
     ("embed.cu", include_str!("../kernels/embed.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),

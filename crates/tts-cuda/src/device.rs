@@ -61,6 +61,8 @@ pub const KERNELS: &[&str] = &[
     "attention_o_m1_f32",
     "qkv_attention_o_m1",
     "qkv_attention_o_m1_f32",
+    "qkv_attention_o_long_m1",
+    "qkv_attention_o_long_m1_f32",
     "gemv8_m1",
     "gemv8_m2",
     "mma_linear_t1",

@@ -2,8 +2,9 @@
 //! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write + attention -> O GEMV
 //! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual). Where
 //! asked for (off by default), a code-predictor step's attention and O projection run as
-//! one launch (`attention_o`), at one row with the QKV projection too (`qkv_attention_o`,
-//! a thread-block cluster per head), and a single row's gate/up and down as one
+//! one launch (`attention_o`); a one-row step's QKV projection, attention and O projection
+//! as one (`qkv_attention_o`, a thread-block cluster per head: the code predictor's short
+//! caches and the talker's long ones); and a single row's gate/up and down as one
 //! (`linear::fused_mlp`).
 //! Pure enqueueing: no allocation and no host sync, so it can be graph-captured.
 
@@ -21,7 +22,7 @@ pub use attention_o::{attention_o_plan, AoPlan, ATTENTION_O_MAX_SMEM};
 pub use fused_attention::FusedAttention;
 use qkv_attention_o::{qkv_attention_o, qkv_attention_o_call};
 pub use qkv_attention_o::{
-    qkv_attention_o_fits, qkv_attention_o_plan, QaoPlan, QKV_ATTENTION_O_CLUSTER,
+    qkv_attention_o_fits, qkv_attention_o_plan, HalfKind, QaoPlan, QKV_ATTENTION_O_CLUSTER,
     QKV_ATTENTION_O_MAX_SMEM,
 };
 
@@ -86,10 +87,20 @@ pub fn run_layers(
     let short_rows = mode == (Attention::Fused { tokens_per_row: 1 })
         && kv.max_pos <= SHORT_CACHE_POSITIONS
         && !by_group;
+    // ... over long caches (one-row talker steps), the whole attention half
+    let long_rows =
+        mode == (Attention::Fused { tokens_per_row: 1 }) && kv.max_pos > SHORT_CACHE_POSITIONS;
+    let kind = if long_rows {
+        HalfKind::Long
+    } else {
+        HalfKind::Short
+    };
     let with_qkv = |l: usize| {
         let layer = s.layers.get(l)?;
-        (short_rows && !(l == 0 && qkv_given))
-            .then(|| qkv_attention_o_call(gpu, &ws.scratch, (&layer.qkv, &layer.o), d, tok.n))
+        ((short_rows || long_rows) && !(l == 0 && qkv_given))
+            .then(|| {
+                qkv_attention_o_call(gpu, &ws.scratch, (&layer.qkv, &layer.o), (d, kind), tok.n)
+            })
             .flatten()
     };
     for (l, layer) in s.layers.iter().enumerate() {

@@ -1,8 +1,9 @@
 //! Kernels run on the CPU (`tests/emu/emu.hpp`: each CUDA thread a fiber, each block an OS
 //! thread) and checked against f64 references, so a kernel's indexing, barriers and
 //! cross-block sums are tested on a machine without a GPU, on the launch plans the backend
-//! computes. This checks logic, not speed or memory ordering: `gpu_parity` checks the same
-//! kernels on the device. Needs a C++17 compiler (`$CXX`, else `c++`); skips, saying so,
+//! computes, with misaligned vector accesses and fixed-array overruns trapped (UBSan).
+//! This checks logic, not speed or memory ordering: `gpu_parity` checks the same kernels
+//! on the device. Needs a C++17 compiler (`$CXX`, else `c++`); skips, saying so,
 //! without one.
 
 mod common;
@@ -93,7 +94,14 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) {
     let exe = dir.join(stem);
     std::fs::write(&cpp, unit).expect("write the unit");
     let built = Command::new(&cxx)
-        .args(["-std=c++17", "-O2", "-pthread", "-w", "-o"])
+        .args(["-std=c++17", "-O2", "-pthread", "-w"])
+        // misaligned vector loads and stores, and indexes past a fixed array's end, stop
+        // the run (as a misaligned access faults on the GPU)
+        .args([
+            "-fsanitize=alignment,bounds",
+            "-fno-sanitize-recover=all",
+            "-o",
+        ])
         .arg(&exe)
         .arg(&cpp)
         .output()
@@ -184,20 +192,30 @@ fn attention_o_kernels_match_the_reference() {
     );
 }
 
-/// `qkv_attention_o_m1` (bf16 cache) and `qkv_attention_o_m1_f32` on the plan of the 1.7B
-/// code predictor (16 heads of 128 over 8 kv heads, 1024 wide: clusters of 8 blocks of 48
-/// QKV rows), at the first and the last cached position and for a padding row, and on a
-/// small stack's (4 heads of 32 over 2, 256 wide).
+/// The one-row attention halves on the backend's plans: `qkv_attention_o_m1` (bf16 cache)
+/// and `_f32` for the 1.7B code predictor (16 heads of 128 over 8 kv heads, 1024 wide:
+/// clusters of 8 blocks of 48 QKV rows) at the first and the last held position and for a
+/// padding row, and for a small stack (4 heads of 32 over 2, 256 wide);
+/// `qkv_attention_o_long_m1` and `_f32` for the 1.7B talker (2048 wide) over a 300-position
+/// cache: at the first position (one block's share), past the cluster's first tile of
+/// shares, at the last, and for a padding row; and for a 512-wide stack.
 #[test]
 fn qkv_attention_o_kernels_match_the_reference() {
+    use tts_cuda::stack::HalfKind;
     let mut args = Vec::new();
-    let mut case = |kv: &str,
+    let mut case = |kind: HalfKind,
+                    kv: &str,
                     (heads, kvh, hd, hidden): (usize, usize, usize, usize),
-                    slot: i32,
-                    pos: usize| {
-        let plan = tts_cuda::stack::qkv_attention_o_plan(hidden, heads, kvh, hd)
-            .unwrap_or_else(|| panic!("{heads}x{hd} -> {hidden} fits"));
+                    (slot, pos, max_pos): (i32, usize, usize)| {
+        let plan = tts_cuda::stack::qkv_attention_o_plan(kind, hidden, (heads, kvh, hd))
+            .unwrap_or_else(|| panic!("{kind:?} {heads}x{hd} -> {hidden} fits"));
+        let kind = if kind == HalfKind::Long {
+            "long"
+        } else {
+            "short"
+        };
         args.extend([
+            kind.to_string(),
             kv.to_string(),
             heads.to_string(),
             kvh.to_string(),
@@ -206,14 +224,20 @@ fn qkv_attention_o_kernels_match_the_reference() {
             plan.smem.to_string(),
             slot.to_string(),
             pos.to_string(),
+            max_pos.to_string(),
         ]);
     };
-    let cp = (16, 8, 128, 1024);
-    case("bf16", cp, 2, 6);
-    case("bf16", cp, 0, 15);
-    case("f32", cp, 1, 0);
-    case("bf16", cp, -1, 3);
-    case("bf16", (4, 2, 32, 256), 1, 9);
+    let (cp, talker) = ((16, 8, 128, 1024), (16, 8, 128, 2048));
+    case(HalfKind::Short, "bf16", cp, (2, 6, 16));
+    case(HalfKind::Short, "bf16", cp, (0, 15, 16));
+    case(HalfKind::Short, "f32", cp, (1, 0, 16));
+    case(HalfKind::Short, "bf16", cp, (-1, 3, 16));
+    case(HalfKind::Short, "bf16", (4, 2, 32, 256), (1, 9, 16));
+    case(HalfKind::Long, "bf16", talker, (1, 0, 300));
+    case(HalfKind::Long, "bf16", talker, (2, 137, 300));
+    case(HalfKind::Long, "f32", talker, (0, 299, 300));
+    case(HalfKind::Long, "bf16", talker, (-1, 40, 300));
+    case(HalfKind::Long, "bf16", (4, 2, 128, 512), (1, 21, 64));
     run_emulated(
         "qkv_attention_o_kernels_match_the_reference",
         "qkv_attention_o.cpp",
@@ -222,6 +246,7 @@ fn qkv_attention_o_kernels_match_the_reference() {
             "attention.cu",
             "attention_o.cu",
             "qkv_attention_o.cu",
+            "qkv_attention_o_long.cu",
         ],
         &args,
     );

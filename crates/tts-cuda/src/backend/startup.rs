@@ -48,7 +48,12 @@ fn open_gpu(opts: &CudaOptions) -> Result<Gpu, CudaError> {
 }
 
 /// The linear and attention paths `opts` allows (each on where the device takes it).
-fn choose_paths(gpu: &Gpu, ws: &mut Workspace, opts: &CudaOptions, cp: &StackDims) {
+fn choose_paths(
+    gpu: &Gpu,
+    ws: &mut Workspace,
+    opts: &CudaOptions,
+    (talker, cp): (&StackDims, &StackDims),
+) {
     let paths = &mut ws.scratch.paths;
     paths.cluster &= opts.cluster_linear;
     paths.tile &= opts.tile_linear;
@@ -60,10 +65,11 @@ fn choose_paths(gpu: &Gpu, ws: &mut Workspace, opts: &CudaOptions, cp: &StackDim
     paths.chain_gemv = opts.chain_gemv;
     paths.fused_mlp = opts.fused_mlp;
     paths.fused_attention = opts.fused_attention;
-    // the one-launch attention half only where every head's cluster fits at once
-    if paths.fused_attention.with_qkv {
-        paths.fused_attention.with_qkv = crate::stack::qkv_attention_o_fits(gpu, cp);
-    }
+    // the one-launch attention halves only where every head's cluster fits at once
+    use crate::stack::{qkv_attention_o_fits, HalfKind};
+    let fused = &mut paths.fused_attention;
+    fused.with_qkv = fused.with_qkv && qkv_attention_o_fits(gpu, cp, HalfKind::Short);
+    fused.talker = fused.talker && qkv_attention_o_fits(gpu, talker, HalfKind::Long);
     paths.group_attention = opts.group_attention;
     paths.row_attention_rows = opts.row_attention_rows;
     paths.row_attention_split = opts.row_attention_split;
@@ -242,7 +248,7 @@ impl CudaBackend {
             );
         }
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
-        choose_paths(&gpu, &mut ws, &opts, &cp.stack.dims);
+        choose_paths(&gpu, &mut ws, &opts, (&talker.stack.dims, &cp.stack.dims));
         let (cp_loop, talker_layers) = persistent_kernels(&gpu, (&talker, &cp), &ws, &opts)?;
         let layers = tuning_layers(&talker, &cp);
         let lt_tuning = tune_lt(&gpu, &layers, &ws, &opts)?;

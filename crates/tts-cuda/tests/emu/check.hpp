@@ -79,12 +79,14 @@ inline bool close(const std::string& what, const std::vector<float>& got,
     std::printf("%s %s: max |diff| %.3g (scale %.3g, tolerance %.3g) at %zu%s\n", ok ? "ok  " : "FAIL",
                 what.c_str(), worst, scale, tol * scale, at, finite ? "" : " (not finite or wrong size)");
     if (!ok) failures()++;
+    std::fflush(stdout);
     return ok;
 }
 
 inline bool expect(bool cond, const std::string& what) {
     std::printf("%s %s\n", cond ? "ok  " : "FAIL", what.c_str());
     if (!cond) failures()++;
+    std::fflush(stdout);
     return cond;
 }
 

@@ -1,22 +1,24 @@
-// Emulated check of qkv_attention_o.cu against an f64 reference of one code-predictor
-// step's attention half for one row,
+// Emulated check of qkv_attention_o.cu (short caches) and qkv_attention_o_long.cu (any
+// cache) against an f64 reference of one step's attention half for one row,
 //   x += O · attention(QKV(norm x)),
-// on the launch plans `stack::qkv_attention_o_plan` gives (argv per case: cache type
-// (bf16|f32), heads, kv heads, head dim, hidden, shared bytes, slot (-1: padding),
-// position). Also: only the new position's cache rows are written (none for padding), the
-// sums are left at zero, and a second launch gives the same bits.
+// on the launch plans `stack::qkv_attention_o_plan` gives (argv per case: short|long,
+// cache type (bf16|f32), heads, kv heads, head dim, hidden, shared bytes, slot (-1:
+// padding), position, cache positions). Also: only the new position's cache rows are
+// written (none for padding), the sums are left at zero, and a second launch gives the
+// same bits.
 
 #include "attention_ref.hpp"
 
 struct QaoCase {
-    bool f32;
-    int heads, kvh, hd, H, smem, slot, pos;
+    bool lng, f32;
+    int heads, kvh, hd, H, smem, slot, pos, max_pos;
 };
 
-static const int MAX_POS = 16, SLOTS = 3;
+static const int SLOTS = 3;
 
 template <typename KV>
 static void run_case(const QaoCase& c) {
+    const int MAX_POS = c.max_pos;
     const AttnDims d{c.heads, c.kvh, c.hd, c.H, MAX_POS};
     const int qd = d.qd(), kvd = d.kvd(), nq = qd + 2 * kvd;
     check::Rng rng((uint64_t)c.H * 131 + c.heads * 7 + c.pos + (c.f32 ? 1000 : 0));
@@ -39,24 +41,32 @@ static void run_case(const QaoCase& c) {
         emu::launch(dim3(8, c.heads), dim3(256), c.smem, 8, [&] {
             const auto* wq = (const bf16*)wqkv.data();
             const auto* w = (const bf16*)wo.data();
-            if constexpr (sizeof(KV) == 4)
-                qkv_attention_o_m1_f32(wq, in_norm.data(), slots.data(), positions.data(), qn.data(),
-                                       kn.data(), eps, inv_freq.data(), c.heads, c.kvh, c.hd, k.data(),
-                                       v.data(), MAX_POS, w, c.H, x.data(), sums.data(), &arrived, 1);
-            else
-                qkv_attention_o_m1(wq, in_norm.data(), slots.data(), positions.data(), qn.data(), kn.data(),
-                                   eps, inv_freq.data(), c.heads, c.kvh, c.hd, (bf16*)k.data(),
-                                   (bf16*)v.data(), MAX_POS, w, c.H, x.data(), sums.data(), &arrived, 0);
+            auto* kp = (std::conditional_t<sizeof(KV) == 4, float, bf16>*)k.data();
+            auto* vp = (std::conditional_t<sizeof(KV) == 4, float, bf16>*)v.data();
+            auto kernel = [&](auto f) {
+                f(wq, in_norm.data(), slots.data(), positions.data(), qn.data(), kn.data(), eps,
+                  inv_freq.data(), c.heads, c.kvh, c.hd, kp, vp, MAX_POS, w, c.H, x.data(), sums.data(),
+                  &arrived, (int)c.f32);
+            };
+            if constexpr (sizeof(KV) == 4) {
+                if (c.lng) kernel(qkv_attention_o_long_m1_f32);
+                else kernel(qkv_attention_o_m1_f32);
+            } else {
+                if (c.lng) kernel(qkv_attention_o_long_m1);
+                else kernel(qkv_attention_o_m1);
+            }
         });
     };
     std::vector<float> x = x0;
     std::vector<KV> k = kc, v = vc;
     launch(x, k, v);
 
-    const std::string name = std::string(c.f32 ? "qkv_attention_o_m1_f32" : "qkv_attention_o_m1") + " " +
+    const std::string name = std::string(c.lng ? "qkv_attention_o_long_m1" : "qkv_attention_o_m1") +
+                             (c.f32 ? "_f32 " : " ") +
                              std::to_string(c.heads) + "x" + std::to_string(c.hd) + " (kv " +
                              std::to_string(c.kvh) + ") -> " + std::to_string(c.H) + ", slot " +
-                             std::to_string(c.slot) + " at " + std::to_string(c.pos);
+                             std::to_string(c.slot) + " at " + std::to_string(c.pos) + " of " +
+                             std::to_string(c.max_pos);
     const std::vector<int> written_slots = c.slot < 0 ? std::vector<int>{} : slots;
     check::expect(others_kept(k, kc, d, written_slots, positions) && others_kept(v, vc, d, written_slots, positions),
                   name + ": no cache entry but the new position's is written");
@@ -90,13 +100,14 @@ static void run_case(const QaoCase& c) {
 }
 
 int main(int argc, char** argv) {
-    if ((argc - 1) % 8 != 0 || argc == 1)
-        emu::fail("usage: qkv_attention_o (bf16|f32 heads kvh hd H smem slot pos)...");
-    for (int i = 1; i < argc; i += 8) {
+    if ((argc - 1) % 10 != 0 || argc == 1)
+        emu::fail("usage: qkv_attention_o (short|long bf16|f32 heads kvh hd H smem slot pos max_pos)...");
+    for (int i = 1; i < argc; i += 10) {
         QaoCase c;
-        c.f32 = std::string(argv[i]) == "f32";
-        int* f[] = {&c.heads, &c.kvh, &c.hd, &c.H, &c.smem, &c.slot, &c.pos};
-        for (int j = 0; j < 7; j++) *f[j] = std::atoi(argv[i + 1 + j]);
+        c.lng = std::string(argv[i]) == "long";
+        c.f32 = std::string(argv[i + 1]) == "f32";
+        int* f[] = {&c.heads, &c.kvh, &c.hd, &c.H, &c.smem, &c.slot, &c.pos, &c.max_pos};
+        for (int j = 0; j < 8; j++) *f[j] = std::atoi(argv[i + 2 + j]);
         if (c.f32)
             run_case<float>(c);
         else

@@ -189,16 +189,18 @@ fn fused_mlp_stages_match_the_separate_gemvs() {
     }
 }
 
-/// Code-predictor steps of 1 and 3 rows (the 4-row bucket: a padding row) with their
-/// attention fused with its neighbours (`CudaOptions::fused_attention`): `o`, attention and
-/// the O projection in one launch (`attention_o.cu`, the O projection split by head and
-/// summed in fixed point); `qkv`, at one row the QKV projection too (`qkv_attention_o.cu`,
-/// a cluster per head; 3 rows as `o`) compute what the QKV projection, the short-cache
-/// attention kernel and the O projection compute: identical sampled codes for 6 frames and
-/// last-head logits within 1e-4, with f32 caches and with the production bf16 ones (its
-/// own kernel for each), on the demo model and the full-size 1.7B geometry. On an sm_90
-/// device the 1.7B's one-row steps must take the cluster kernel (every head's cluster
-/// fits at once), or the `qkv` run would only repeat `o`.
+/// Steps of 1 and 3 rows (the 4-row bucket: a padding row) with their attention fused
+/// with its neighbours (`CudaOptions::fused_attention`): `o`, the code predictor's
+/// attention and O projection in one launch (`attention_o.cu`, the O projection split by
+/// head and summed in fixed point); `qkv`, at one row the QKV projection too
+/// (`qkv_attention_o.cu`, a cluster per head; 3 rows as `o`); `all`, the one-row talker
+/// steps' too (`qkv_attention_o_long.cu`, the positions split across the cluster) compute
+/// what the QKV projection, the attention kernel and the O projection compute: identical
+/// sampled codes for 6 frames and last-head logits within 1e-4, with f32 caches and with
+/// the production bf16 ones (its own kernel for each), on the demo model and the
+/// full-size 1.7B geometry. On an sm_90 device the 1.7B's one-row steps must take the
+/// cluster kernels (every head's cluster fits at once), or the `qkv` and `all` runs would
+/// only repeat `o`.
 #[test]
 fn fused_attention_stages_match_the_separate_kernels() {
     let test = "fused_attention_stages_match_the_separate_kernels";
@@ -221,7 +223,7 @@ fn fused_attention_stages_match_the_separate_kernels() {
                 else {
                     return;
                 };
-                for fused in ["o", "qkv"] {
+                for fused in ["o", "qkv", "all"] {
                     let run = lock_step_on(&model, test, opts(exact, fused), &prompts, &seeds, 6)
                         .unwrap();
                     let what = format!("fused attention {fused}, {rows} rows, {caches} caches");
@@ -235,36 +237,47 @@ fn fused_attention_stages_match_the_separate_kernels() {
     }
 }
 
-/// On an sm_90 device, `qkv_attention_o_m1` takes the code predictor of `model` and all its
-/// heads' clusters run at once (else the stage calls fall back without saying so).
+/// On an sm_90 device, the one-row attention-half kernels take the code predictor and the
+/// talker of `model` and all their heads' clusters run at once (else the stage calls fall
+/// back without saying so).
 fn assert_cluster_kernel_fits(test: &str, model: &Model) {
+    use tts_cuda::stack::{qkv_attention_o_plan, HalfKind, QKV_ATTENTION_O_CLUSTER};
     let Some(gpu) = common::open_gpu(test) else {
         return;
     };
     if !gpu.clusters {
-        eprintln!("{test}: no thread-block clusters here: the qkv runs repeat the o path");
+        eprintln!("{test}: no thread-block clusters here: the qkv and all runs repeat o");
         return;
     }
-    let d = &model.config.talker.code_predictor.dims();
-    let plan = tts_cuda::stack::qkv_attention_o_plan(d.hidden, d.heads, d.kv_heads, d.head_dim)
-        .expect("the code predictor's shape fits qkv_attention_o");
-    let grid = (
-        tts_cuda::stack::QKV_ATTENTION_O_CLUSTER as u32,
-        d.heads as u32,
-        1,
-    );
-    let at_once = gpu
-        .max_active_clusters("qkv_attention_o_m1", grid, 256, plan.smem)
-        .expect("cluster occupancy");
-    assert!(
-        at_once as usize >= d.heads,
-        "{test}: only {at_once} clusters of qkv_attention_o_m1 fit at once, {} heads",
-        d.heads
-    );
-    eprintln!(
-        "{test}: {at_once} clusters of qkv_attention_o_m1 fit at once ({} needed)",
-        d.heads
-    );
+    let stacks = [
+        (
+            model.config.talker.code_predictor.dims(),
+            HalfKind::Short,
+            "qkv_attention_o_m1",
+        ),
+        (
+            model.config.talker.dims(),
+            HalfKind::Long,
+            "qkv_attention_o_long_m1",
+        ),
+    ];
+    for (d, kind, name) in stacks {
+        let plan = qkv_attention_o_plan(kind, d.hidden, (d.heads, d.kv_heads, d.head_dim))
+            .unwrap_or_else(|| panic!("{name} takes the stack's shape"));
+        let grid = (QKV_ATTENTION_O_CLUSTER as u32, d.heads as u32, 1);
+        let at_once = gpu
+            .max_active_clusters(name, grid, 256, plan.smem)
+            .expect("cluster occupancy");
+        assert!(
+            at_once as usize >= d.heads,
+            "{test}: only {at_once} clusters of {name} fit at once, {} heads",
+            d.heads
+        );
+        eprintln!(
+            "{test}: {at_once} clusters of {name} fit at once ({} needed)",
+            d.heads
+        );
+    }
 }
 
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
