@@ -15,8 +15,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 case "${PART:-stages}" in
 parity)
     # the kernel tests, then the stage-level comparisons (1.7B geometry: the slow ones)
-    for filter in fused_mlp_matches staged_gemv_stages fused_mlp_stages fused_attention_stages; do
-        timeout "${PARITY_TIMEOUT:-240}" $D/gpu_parity --test-threads=1 "$filter" \
+    # (4 x 140 s fits one 600 s command; FILTERS replaces the list)
+    for filter in ${FILTERS:-fused_mlp_matches staged_gemv_stages fused_mlp_stages fused_attention_stages}; do
+        timeout "${PARITY_TIMEOUT:-140}" $D/gpu_parity --test-threads=1 "$filter" \
             > "$OUT/parity_$filter.txt" 2>&1
         echo "parity $filter rc $?"
         grep -E "^test |test result|panicked|rel err|fit at once" "$OUT/parity_$filter.txt" | head -40

@@ -22,6 +22,36 @@
 
 #define AO_PAD 8
 
+// Starts copying the O tile of head h for rows [n0, n0 + orows) (hd columns from h·hd of
+// rows qd wide) to the shared address `dst`, its rows ld bf16 apart, by the block (one
+// cp.async group).
+__device__ __forceinline__ void copy_o_tile(unsigned dst, const bf16* __restrict__ Wo, int qd,
+                                            int n0, int orows, int h, int hd, int ld) {
+    const int per_row = hd / 8;
+    for (int i = threadIdx.x; i < orows * per_row; i += blockDim.x) {
+        const int n = i / per_row, p = i % per_row;
+        cp_async16(dst + (n * ld + p * 8) * 2, Wo + (size_t)(n0 + n) * qd + h * hd + p * 8, 16);
+    }
+    cp_async_commit();
+}
+
+// The share of rows [0, orows) of an O tile (s_o: orows rows of hd bf16, ld apart) for one
+// head's attention output attn[0..hd): added to sums[n] in fixed point, by the block.
+__device__ __forceinline__ void o_tile_share(const bf16* s_o, int ld, int orows, int hd,
+                                             const float* attn, unsigned long long* sums) {
+    for (int n = threadIdx.x; n < orows; n += blockDim.x) {
+        float p = 0.f;
+        for (int q = 0; q < hd / 8; q++) {
+            const uint4 u = *(const uint4*)(s_o + (size_t)n * ld + q * 8);
+            float wf[8];
+            unpack8(u, wf);
+#pragma unroll
+            for (int i = 0; i < 8; i++) p = fmaf(wf[i], attn[q * 8 + i], p);
+        }
+        fixed_add(sums, n, p);
+    }
+}
+
 template <typename KV, bool HO>
 __device__ __forceinline__ void attention_o_body(
     const float* __restrict__ qkv, int ldq, const int* __restrict__ slots,
@@ -32,18 +62,10 @@ __device__ __forceinline__ void attention_o_body(
     extern __shared__ __align__(16) unsigned char s_wo_raw[];
     __shared__ __align__(16) float s_attn[128];
     const bf16* s_wo = (const bf16*)s_wo_raw;  // [orows][hd + AO_PAD]
-    const int h = blockIdx.x, c = blockIdx.y, r = blockIdx.z, tid = threadIdx.x;
-    const int n0 = c * orows, per_row = hd / 8, ld = hd + AO_PAD;
+    const int h = blockIdx.x, c = blockIdx.y, r = blockIdx.z;
+    const int n0 = c * orows, ld = hd + AO_PAD;
     // 1. the O tile: rows n0.., columns h·hd..
-    {
-        const unsigned base = smem_addr(s_wo_raw);
-        const size_t qd = (size_t)heads * hd;
-        for (int i = tid; i < orows * per_row; i += blockDim.x) {
-            const int n = i / per_row, p = i % per_row;
-            cp_async16(base + (n * ld + p * 8) * 2, Wo + (size_t)(n0 + n) * qd + h * hd + p * 8, 16);
-        }
-        cp_async_commit();
-    }
+    copy_o_tile(smem_addr(s_wo_raw), Wo, heads * hd, n0, orows, h, hd, ld);
     // 2. row r's head h attention into s_attn (the body waits for the previous kernel
     //    first; a padding row, slot -1, has none)
     const bool live = r < rows && slots[r] >= 0;
@@ -57,17 +79,7 @@ __device__ __forceinline__ void attention_o_body(
     cp_async_wait<0>();
     __syncthreads();
     // 3. this head's share of the block's rows, in fixed point; the last block adds them
-    for (int n = tid; live && n < orows; n += blockDim.x) {
-        float p = 0.f;
-        for (int q = 0; q < per_row; q++) {
-            const uint4 u = *(const uint4*)(s_wo + (size_t)n * ld + q * 8);
-            float wf[8];
-            unpack8(u, wf);
-#pragma unroll
-            for (int i = 0; i < 8; i++) p = fmaf(wf[i], s_attn[q * 8 + i], p);
-        }
-        fixed_add(sums, r * H + n0 + n, p);
-    }
+    if (live) o_tile_share(s_wo, ld, orows, hd, s_attn, sums + (size_t)r * H + n0);
     fixed_fold_last(sums, arrived, x, H, rows, ldx);
 }
 

@@ -47,6 +47,43 @@ __device__ __forceinline__ float mlp_row_in(const float* x, const float* __restr
     return 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
 }
 
+// The row x (width H) with the norm's gains applied into s_xg, by the block; returns the
+// row's 1 / rms (block_sum's barriers publish s_xg).
+__device__ __forceinline__ float normed_row_smem(const float* x, const float* __restrict__ g,
+                                                 int H, float eps, float* s_xg,
+                                                 float* scratch /* >= 33 floats */) {
+    float sq = 0.f;
+    for (int k = threadIdx.x; k < H; k += blockDim.x) {
+        const float v = x[k];
+        sq = fmaf(v, v, sq);
+        s_xg[k] = v * g[k];
+    }
+    return 1.0f / sqrtf(block_sum(sq, scratch) / (float)H + eps);
+}
+
+// A warp's partial sums of two weight rows held in registers as lane octets of 256-wide
+// steps (w[r][j]: row r's k = lane·8 + j·256 ..) against the row in s_xg: acc[r] before the
+// warp sum.
+template <int STEPS>
+__device__ __forceinline__ void pair_partials(const uint4 (&w)[2][STEPS], const float* s_xg,
+                                              int lane, int steps, float (&acc)[2]) {
+    acc[0] = acc[1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+        if (j >= steps) break;
+        const float4* xp = (const float4*)(s_xg + lane * 8 + j * 256);
+        const float4 xa = xp[0], xb = xp[1];
+        const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float wf[8];
+            unpack8(w[r][j], wf);
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[r] = fmaf(xv[i], wf[i], acc[r]);
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
     const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
     const float* __restrict__ norm_w, float eps, float* x, unsigned long long* sums,
@@ -171,32 +208,13 @@ __device__ __forceinline__ void mlp_stream_body(
     if (!early) pdl_trigger();
 
     // 2. the row, its gains applied, and its 1 / rms
-    float sq = 0.f;
-    for (int k = tid; k < H; k += blockDim.x) {
-        const float v = x[k];
-        sq = fmaf(v, v, sq);
-        s_xg[k] = v * norm_w[k];
-    }
-    const float inv = 1.0f / sqrtf(block_sum(sq, s_red) / (float)H + eps);  // barriers: s_xg
+    const float inv = normed_row_smem(x, norm_w, H, eps, s_xg, s_red);
 
     // 3. the activations: warp w takes column pairs w, w + 8, ..., the next pair's loads
     //    issued before this one's sums
     for (int q = warp; q < ipb; q += MLP_WARPS) {
-        float acc[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) {
-            if (j >= steps) break;
-            const float4* xp = (const float4*)(s_xg + lane * 8 + j * 256);
-            const float4 xa = xp[0], xb = xp[1];
-            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float wf[8];
-                unpack8(w[r][j], wf);
-#pragma unroll
-                for (int i = 0; i < 8; i++) acc[r] = fmaf(xv[i], wf[i], acc[r]);
-            }
-        }
+        float acc[2];
+        pair_partials<STEPS>(w, s_xg, lane, steps, acc);
         if (q + MLP_WARPS < ipb) load_pair(q + MLP_WARPS);
         const float g = warp_sum(acc[0]) * inv, u = warp_sum(acc[1]) * inv;
         if (lane == 0) s_act[q] = linear_act(g, u, 2, false, 0.f, 0.f);

@@ -45,6 +45,56 @@
 #define QAO_CLUSTER_DIMS
 #endif
 
+// The weight row of QKV row j of q head h (group g): q of head h, then k and v of group g.
+__device__ __forceinline__ int qao_row(int j, int h, int g, int hd, int qd, int kvd) {
+    return j < hd ? h * hd + j : j < 2 * hd ? qd + g * hd + (j - hd) : qd + kvd + g * hd + (j - 2 * hd);
+}
+
+#ifdef QAO_CLUSTERS
+// The head's 3·hd QKV values from the cluster's slices (block r's S values at s_part) into
+// s_qkv, between two cluster barriers: the first publishes every slice, the second keeps
+// every block (and its slice) alive until all have read.
+__device__ __forceinline__ void qao_gather(float* s_qkv, const float* s_part, int S, int hd,
+                                           bool live) {
+    cluster_sync_all();
+    if (live) {
+        const unsigned part = smem_addr(s_part);
+        for (int j = threadIdx.x; j < 3 * hd; j += blockDim.x)
+            s_qkv[j] = ld_cluster_rank(part + (unsigned)(j % S) * 4u, (unsigned)(j / S));
+    }
+    cluster_sync_all();
+}
+#endif
+
+// The new token's q (QK-norm + RoPE, warp 0: into q), k (the same, warp 1) and v (every
+// thread) from the head's gathered values `raw` (q, k, v), k and v rounded as the cache
+// rounds them into k / v (which may alias raw's k and v) and, with `writer`, stored in the
+// cache rows kdst / vdst. Ends with a block barrier.
+template <typename KV>
+__device__ __forceinline__ void qao_new_qkv(const float* raw, float* q, float* k, float* v,
+                                            const float* __restrict__ q_norm,
+                                            const float* __restrict__ k_norm, float eps,
+                                            const float* __restrict__ inv_freq, int pos, int hd,
+                                            const float* cs, bool writer, KV* kdst, KV* vdst) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp == 0) {
+        norm_rope<false>(raw, q_norm, eps, inv_freq, pos, hd, lane,
+                         [&](int e, float val) { q[e] = val; }, cs);
+    } else if (warp == 1) {
+        norm_rope<false>(raw + hd, k_norm, eps, inv_freq, pos, hd, lane,
+                         [&](int e, float val) {
+                             k[e] = kv_round(val, kdst);
+                             if (writer) kv_store(kdst + e, val);
+                         }, cs);
+    }
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        const float val = raw[2 * hd + e];
+        v[e] = kv_round(val, vdst);
+        if (writer) kv_store(vdst + e, val);
+    }
+    __syncthreads();
+}
+
 template <typename KV>
 __device__ __forceinline__ void qkv_attention_o_body(
     const bf16* __restrict__ Wqkv, const float* __restrict__ in_norm,
@@ -66,25 +116,16 @@ __device__ __forceinline__ void qkv_attention_o_body(
     bf16* s_w = (bf16*)s_qao;                              // [S][H]
     const bf16* s_o = s_w + (size_t)S * H;                 // [orows][ld]
     float* s_part = (float*)(s_o + (size_t)orows * ld);    // [S]
-    // the weight row of the head's QKV row j: q of head h, then k and v of group g
-    auto qkv_row = [&](int j) {
-        return j < hd ? h * hd + j : j < 2 * hd ? qd + g * hd + (j - hd) : qd + kvd + g * hd + (j - 2 * hd);
-    };
     // 0. the weights: the block's S QKV rows and its O tile
     {
         const unsigned base = smem_addr(s_qao);
         const int per_row = H / 8;
         for (int i = tid; i < S * per_row; i += blockDim.x) {
             const int r = i / per_row, p = i % per_row;
-            cp_async16(base + (r * H + p * 8) * 2, Wqkv + (size_t)qkv_row(c * S + r) * H + p * 8, 16);
+            const int row = qao_row(c * S + r, h, g, hd, qd, kvd);
+            cp_async16(base + (r * H + p * 8) * 2, Wqkv + (size_t)row * H + p * 8, 16);
         }
-        const unsigned ob = base + S * H * 2;
-        const int per_o = hd / 8;
-        for (int i = tid; i < orows * per_o; i += blockDim.x) {
-            const int n = i / per_o, p = i % per_o;
-            cp_async16(ob + (n * ld + p * 8) * 2, Wo + (size_t)(n0 + n) * qd + h * hd + p * 8, 16);
-        }
-        cp_async_commit();
+        copy_o_tile(base + S * H * 2, Wo, qd, n0, orows, h, hd, ld);
     }
     // ... the RoPE angles and the held rows of group g (written at least two launches
     // earlier: see fused_attention_body's step 0)
@@ -127,49 +168,19 @@ __device__ __forceinline__ void qkv_attention_o_body(
     }
 
     // 2. the head's q, k and v from the cluster's slices
-    cluster_sync_all();
-    if (live) {
-        const unsigned part = smem_addr(s_part);
-        for (int j = tid; j < 3 * hd; j += blockDim.x)
-            s_qkv[j] = ld_cluster_rank(part + (unsigned)(j % S) * 4u, (unsigned)(j / S));
-    }
-    cluster_sync_all();
+    qao_gather(s_qkv, s_part, S, hd, live);
 
     if (live) {
-        // 3. QK-norm + RoPE of q (warp 0) and k (warp 1), v by every thread; attention
+        // 3. the new q, k and v (stored by rank 0 of the group's first head); attention
         const bool writer = c == 0 && h % rep == 0;
         KV* kdst = k_cache + base + (size_t)pos0 * kvd;
         KV* vdst = v_cache + base + (size_t)pos0 * kvd;
-        if (warp == 0) {
-            norm_rope<false>(s_qkv, q_norm, eps, inv_freq, pos0, hd, lane,
-                             [&](int e, float v) { s_q[e] = v; }, s_cs);
-        } else if (warp == 1) {
-            norm_rope<false>(s_qkv + hd, k_norm, eps, inv_freq, pos0, hd, lane,
-                             [&](int e, float v) {
-                                 s_k[pos0][e] = kv_round(v, kdst);
-                                 if (writer) kv_store(kdst + e, v);
-                             }, s_cs);
-        }
-        for (int e = tid; e < hd; e += blockDim.x) {
-            const float v = s_qkv[2 * hd + e];
-            s_v[pos0][e] = kv_round(v, vdst);
-            if (writer) kv_store(vdst + e, v);
-        }
-        __syncthreads();
+        qao_new_qkv<KV>(s_qkv, s_q, s_k[pos0], s_v[pos0], q_norm, k_norm, eps, inv_freq, pos0,
+                        hd, s_cs, writer, kdst, vdst);
         attend_held(s_q, pos0 + 1, s_k, s_v, hd, s_attn);
 
         // 4. this head's share of the block's O rows
-        for (int n = tid; n < orows; n += blockDim.x) {
-            float p = 0.f;
-            for (int q = 0; q < hd / 8; q++) {
-                const uint4 u = *(const uint4*)(s_o + (size_t)n * ld + q * 8);
-                float wf[8];
-                unpack8(u, wf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) p = fmaf(wf[e], s_attn[q * 8 + e], p);
-            }
-            fixed_add(sums, n0 + n, p);
-        }
+        o_tile_share(s_o, ld, orows, hd, s_attn, sums + n0);
     }
     fixed_fold_last(sums, arrived, x, H, 1, H);
 #endif

@@ -129,20 +129,12 @@ __device__ __forceinline__ void qkv_attention_o_long_body(
     float* s_part = (float*)(s_o + (size_t)orows * ld);  // [S] the block's QKV sums
     // [hd + 2]: a, m, l of its share (a 16-byte aligned: S rounded up to 4 floats)
     float* s_mla = s_part + ((S + 3) & ~3);
-    auto qkv_row = [&](int j) {
-        return j < hd ? h * hd + j : j < 2 * hd ? qd + g * hd + (j - hd) : qd + kvd + g * hd + (j - 2 * hd);
-    };
+    auto qkv_row = [&](int j) { return qao_row(j, h, g, hd, qd, kvd); };
     const int steps = H / 256, pairs = S / 2;
     // 0. the O tile into shared memory; the block's QKV rows after each warp's first pair
     //    into L2, the first pair into registers
     {
-        const unsigned ob = smem_addr(s_qal);
-        const int per_o = hd / 8;
-        for (int i = tid; i < orows * per_o; i += blockDim.x) {
-            const int n = i / per_o, p = i % per_o;
-            cp_async16(ob + (n * ld + p * 8) * 2, Wo + (size_t)(n0 + n) * qd + h * hd + p * 8, 16);
-        }
-        cp_async_commit();
+        copy_o_tile(smem_addr(s_qal), Wo, qd, n0, orows, h, hd, ld);
         const int lines = H / 64;  // 128-byte lines of a weight row
         for (int i = tid; i < (S - 2 * QAL_WARPS) * lines; i += blockDim.x) {
             const int r = 2 * QAL_WARPS + i / lines;
@@ -182,29 +174,10 @@ __device__ __forceinline__ void qkv_attention_o_long_body(
 
     // 1. the row's gains applied and its 1 / rms, then this block's S QKV sums, a row
     //    pair per warp at a time (the next pair's loads issued before this one's sums)
-    float sq = 0.f;
-    for (int k = tid; k < H; k += blockDim.x) {
-        const float v = x[k];
-        sq = fmaf(v, v, sq);
-        s_xg[k] = v * in_norm[k];
-    }
-    const float inv = 1.0f / sqrtf(block_sum(sq, s_red) / (float)H + eps);  // barriers: s_xg
+    const float inv = normed_row_smem(x, in_norm, H, eps, s_xg, s_red);
     for (int pr = warp; live && pr < pairs; pr += QAL_WARPS) {
-        float acc[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < MLP_MAX_STEPS; j++) {
-            if (j >= steps) break;
-            const float4* xp = (const float4*)(s_xg + lane * 8 + j * 256);
-            const float4 xa = xp[0], xb = xp[1];
-            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float wf[8];
-                unpack8(w[r][j], wf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r] = fmaf(xv[e], wf[e], acc[r]);
-            }
-        }
+        float acc[2];
+        pair_partials<MLP_MAX_STEPS>(w, s_xg, lane, steps, acc);
         if (pr + QAL_WARPS < pairs) load_pair(pr + QAL_WARPS);
         const float s0 = warp_sum(acc[0]) * inv, s1 = warp_sum(acc[1]) * inv;
         if (lane == 0) {
@@ -214,38 +187,18 @@ __device__ __forceinline__ void qkv_attention_o_long_body(
     }
 
     // 2. the head's q, k and v from the cluster's slices
-    cluster_sync_all();
-    if (live) {
-        const unsigned part = smem_addr(s_part);
-        for (int j = tid; j < 3 * hd; j += blockDim.x)
-            s_qkv[j] = ld_cluster_rank(part + (unsigned)(j % S) * 4u, (unsigned)(j / S));
-    }
-    cluster_sync_all();
+    qao_gather(s_qkv, s_part, S, hd, live);
 
     if (live) {
-        // 3. QK-norm + RoPE of q (warp 0) and k (warp 1, in place), v rounded in place as
-        //    the cache rounds them; the new k and v stored by one block of the group
+        // 3. the new q, k and v (k and v in place; stored by rank 0 of the group's first
+        //    head)
         const bool writer = c == 0 && h % rep == 0;
         KV* kdst = k_cache + base + (size_t)pos0 * kvd;
         KV* vdst = v_cache + base + (size_t)pos0 * kvd;
         float* knew = s_qkv + hd;
         float* vnew = s_qkv + 2 * hd;
-        if (warp == 0) {
-            norm_rope<false>(s_qkv, q_norm, eps, inv_freq, pos0, hd, lane,
-                             [&](int e, float v) { s_q[e] = v; }, s_cs);
-        } else if (warp == 1) {
-            norm_rope<false>(knew, k_norm, eps, inv_freq, pos0, hd, lane,
-                             [&](int e, float v) {
-                                 knew[e] = kv_round(v, kdst);
-                                 if (writer) kv_store(kdst + e, v);
-                             }, s_cs);
-        }
-        for (int e = tid; e < hd; e += blockDim.x) {
-            const float v = vnew[e];
-            vnew[e] = kv_round(v, vdst);
-            if (writer) kv_store(vdst + e, v);
-        }
-        __syncthreads();
+        qao_new_qkv<KV>(s_qkv, s_q, knew, vnew, q_norm, k_norm, eps, inv_freq, pos0, hd, s_cs,
+                        writer, kdst, vdst);
         // 4. this block's share of the positions
         attend_part<KV>(s_q, lo, hi, pos0, k_cache + base, v_cache + base, kvd, knew, vnew,
                         s_mla, s_mla + hd, s_mla + hd + 1);
@@ -271,17 +224,7 @@ __device__ __forceinline__ void qkv_attention_o_long_body(
     __syncthreads();
 
     // 5. this head's share of the block's O rows
-    for (int n = tid; live && n < orows; n += blockDim.x) {
-        float p = 0.f;
-        for (int q = 0; q < hd / 8; q++) {
-            const uint4 u = *(const uint4*)(s_o + (size_t)n * ld + q * 8);
-            float wf[8];
-            unpack8(u, wf);
-#pragma unroll
-            for (int e = 0; e < 8; e++) p = fmaf(wf[e], s_attn[q * 8 + e], p);
-        }
-        fixed_add(sums, n0 + n, p);
-    }
+    if (live) o_tile_share(s_o, ld, orows, hd, s_attn, sums + n0);
     fixed_fold_last(sums, arrived, x, H, 1, H);
 #endif
 }

@@ -88,15 +88,8 @@ static void run_case(const QaoCase& c) {
         check::close(name + ": new cache rows", kv_got, kv_want, c.f32 ? 2e-5 : 8e-3);
     }
     check::close(name + ": x", x, want_x, 2e-5);
-    bool zero = arrived == 0;
-    for (auto s : sums) zero &= s == 0;
-    check::expect(zero, name + ": the sums and the arrival count are zero again");
-    std::vector<float> again = x0;
-    std::vector<KV> k2 = kc, v2 = vc;
-    launch(again, k2, v2);
-    check::expect(std::memcmp(x.data(), again.data(), x.size() * 4) == 0 &&
-                      std::memcmp(k.data(), k2.data(), k.size() * sizeof(KV)) == 0,
-                  name + ": a second launch gives the same bits");
+    check::sums_reset(name, sums, arrived);
+    same_bits_again(name, launch, x0, kc, vc, x, k);
 }
 
 int main(int argc, char** argv) {
