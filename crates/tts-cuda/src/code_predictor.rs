@@ -11,6 +11,7 @@ use tts_model::config::NUM_CODE_GROUPS;
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
+use crate::head_sample::{head_sample, head_sample_call};
 use crate::kernels;
 use crate::linear::{linear, Act, NextLinear, Rows};
 use crate::persistent::Persistent;
@@ -120,53 +121,71 @@ pub fn predict(
                 slots: rows1,
                 positions,
             };
-            let head = NextLinear {
-                n: cp.lm_heads[j].n,
-                norm: Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)),
-            };
-            layers(tok, 1, cp.qkv0.is_some(), Some(head))?;
             last = Rows {
                 ptr: ws.cp_x.ptr,
                 ld: ch,
                 count: b,
             };
+            // (the fused head norms its own row: no norm chain into it)
+            let fused = head_sample_call(gpu, &ws.scratch, &cp.lm_heads[j], last).is_some();
+            let head = NextLinear {
+                n: cp.lm_heads[j].n,
+                norm: Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)).filter(|_| !fused),
+            };
+            layers(tok, 1, cp.qkv0.is_some(), Some(head))?;
         }
         let head = &cp.lm_heads[j];
+        // the sampler's arguments after its logits and shape
+        let sampler = [
+            Arg::P(slots),
+            Arg::P(state.params),
+            Arg::I(j as i32 + 1),
+            Arg::P(ws.frames.ptr),
+            // the next step's input, embedded by the sampler (saves a launch per step)
+            Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
+            Arg::P(cp.embeddings.ptr),
+            Arg::I(ch as i32),
+            Arg::P(ws.cp_x.ptr),
+            Arg::I(ch as i32),
+            // and its first-layer QKV row (the table, when there is one)
+            Arg::P(cp.qkv0.as_ref().map_or(0, |t| t.ptr)),
+            Arg::I(qkv_n as i32),
+            Arg::P(ws.qkv.ptr),
+            Arg::I(qkv_n as i32),
+        ];
+        let norm = (cp.stack.norm.ptr, cp.stack.dims.rms_eps);
+        if let Some(plan) = head_sample_call(gpu, &ws.scratch, head, last) {
+            head_sample(
+                gpu,
+                &ws.scratch,
+                (head, plan),
+                (last, norm),
+                ws.logits.ptr,
+                &sampler,
+            )?;
+            continue;
+        }
         linear(
             gpu,
             head,
             last,
-            Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)),
+            Some(norm),
             Act::None,
             None,
             ws.logits.ptr,
             head.n,
             &ws.scratch,
         )?;
+        let shape = [
+            Arg::P(ws.logits.ptr),
+            Arg::I(head.n as i32),
+            Arg::I(b as i32),
+        ];
         gpu.launch(
             "sample_cp",
             (b as u32, 1, 1),
             crate::device::sampler_threads(b, gpu.sm_count),
-            &[
-                Arg::P(ws.logits.ptr),
-                Arg::I(head.n as i32),
-                Arg::I(b as i32),
-                Arg::P(slots),
-                Arg::P(state.params),
-                Arg::I(j as i32 + 1),
-                Arg::P(ws.frames.ptr),
-                // the next step's input, embedded by the sampler (saves a launch per step)
-                Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
-                Arg::P(cp.embeddings.ptr),
-                Arg::I(ch as i32),
-                Arg::P(ws.cp_x.ptr),
-                Arg::I(ch as i32),
-                // and its first-layer QKV row (the table, when there is one)
-                Arg::P(cp.qkv0.as_ref().map_or(0, |t| t.ptr)),
-                Arg::I(qkv_n as i32),
-                Arg::P(ws.qkv.ptr),
-                Arg::I(qkv_n as i32),
-            ],
+            &[&shape[..], &sampler[..]].concat(),
         )?;
     }
     ws.store_frames(gpu, state.frames, slots, b)

@@ -47,6 +47,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("embed.cu", include_str!("../kernels/embed.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
+    // after sampling.cu and mlp_fused.cu: sample_cp_row, mlp_row_in
+    ("head_sample.cu", include_str!("../kernels/head_sample.cu")),
     ("codec.cu", include_str!("../kernels/codec.cu")),
     ("codec_gemv.cu", include_str!("../kernels/codec_gemv.cu")),
     ("codec_conv.cu", include_str!("../kernels/codec_conv.cu")),
@@ -136,7 +138,18 @@ fn compile(src: &str, opts: &[String]) -> Result<Program, CudaError> {
 
 /// Compiles `src` to a CUBIN for `arch` (e.g. `sm_90`).
 pub fn compile_cubin(src: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
-    let prog = compile(src, &options(arch))?;
+    cubin_of(&compile(src, &options(arch))?)
+}
+
+/// [`compile_cubin`] with ptxas' resource report (`-v`, see [`crate::resources`]).
+pub fn compile_cubin_with_report(src: &str, arch: &str) -> Result<(Vec<u8>, String), CudaError> {
+    let mut opts = options(arch);
+    opts.push("--ptxas-options=-v".into());
+    let prog = compile(src, &opts)?;
+    Ok((cubin_of(&prog)?, prog.log()))
+}
+
+fn cubin_of(prog: &Program) -> Result<Vec<u8>, CudaError> {
     let mut size = 0usize;
     // SAFETY: querying the CUBIN size of a compiled program.
     unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog.0, &mut size) }

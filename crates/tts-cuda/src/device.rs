@@ -100,7 +100,35 @@ pub const KERNELS: &[&str] = &[
     "copy_runs2",
     "sample_talker",
     "sample_cp",
+    "head_sample_cp_m1",
     "chain_link",
+];
+
+/// The one-row kernels that stage weights in more shared memory than a launch gets
+/// without asking (48 KiB with their static memory), each with the most dynamic shared
+/// memory it may take; `Gpu::open` asks for them (with `linear::STAGED_MMA_KERNELS`).
+pub const STAGED_SMEM: &[(&str, usize)] = &[
+    ("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM),
+    ("mlp_fused_m1", crate::linear::FUSED_MLP_MAX_SMEM),
+    ("attention_o_m1", crate::stack::ATTENTION_O_MAX_SMEM),
+    ("attention_o_m1_f32", crate::stack::ATTENTION_O_MAX_SMEM),
+    ("qkv_attention_o_m1", crate::stack::QKV_ATTENTION_O_MAX_SMEM),
+    (
+        "qkv_attention_o_m1_f32",
+        crate::stack::QKV_ATTENTION_O_MAX_SMEM,
+    ),
+    (
+        "qkv_attention_o_long_m1",
+        crate::stack::QKV_ATTENTION_O_MAX_SMEM,
+    ),
+    (
+        "qkv_attention_o_long_m1_f32",
+        crate::stack::QKV_ATTENTION_O_MAX_SMEM,
+    ),
+    (
+        "head_sample_cp_m1",
+        crate::head_sample::HEAD_SAMPLE_MAX_SMEM,
+    ),
 ];
 
 /// The thread-block-cluster linear kernels (`mma_cluster.cu`, sm_90 and newer); PDL-ready
@@ -366,19 +394,7 @@ impl Gpu {
             let mma = crate::linear::STAGED_MMA_KERNELS
                 .iter()
                 .map(|&(k, _)| (k, crate::linear::STAGED_MMA_MAX_SMEM));
-            let sizes = [
-                ("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM),
-                ("mlp_fused_m1", crate::linear::FUSED_MLP_MAX_SMEM),
-                ("attention_o_m1", crate::stack::ATTENTION_O_MAX_SMEM),
-                ("attention_o_m1_f32", crate::stack::ATTENTION_O_MAX_SMEM),
-                ("qkv_attention_o_m1", crate::stack::QKV_ATTENTION_O_MAX_SMEM),
-                (
-                    "qkv_attention_o_m1_f32",
-                    crate::stack::QKV_ATTENTION_O_MAX_SMEM,
-                ),
-            ]
-            .into_iter()
-            .chain(mma);
+            let sizes = STAGED_SMEM.iter().copied().chain(mma);
             usable("staged GEMV and MMA", allow_smem(&funcs, sizes))
         };
         tracing::info!(%name, %arch, clusters, tiles, tile_wg, wides, staged, "CUDA device ready");

@@ -13,6 +13,7 @@ pub mod codec;
 pub mod compile;
 pub mod device;
 pub mod error;
+pub mod head_sample;
 pub mod kernels;
 pub mod lane;
 pub mod libs;
@@ -35,12 +36,25 @@ pub use error::CudaError;
 /// Compiles every kernel for `arch` (e.g. `sm_90`) without touching a GPU: needs only
 /// NVRTC. Returns the CUBIN.
 pub fn compile_kernels(arch: &str) -> Result<Vec<u8>, CudaError> {
+    nvrtc_present()?;
+    compile::compile_cubin(&compile::module_source(), arch)
+}
+
+/// [`compile_kernels`] with ptxas' resource report of every function
+/// ([`resources::parse_ptxas_report`] reads it).
+pub fn compile_kernels_with_report(arch: &str) -> Result<(Vec<u8>, String), CudaError> {
+    nvrtc_present()?;
+    compile::compile_cubin_with_report(&compile::module_source(), arch)
+}
+
+fn nvrtc_present() -> Result<(), CudaError> {
     libs::preload();
     let (_, _, nvrtc) = libs::present();
-    if !nvrtc {
-        return Err(CudaError::Unavailable(
+    if nvrtc {
+        Ok(())
+    } else {
+        Err(CudaError::Unavailable(
             "NVRTC (libnvrtc.so.13) not found".into(),
-        ));
+        ))
     }
-    compile::compile_cubin(&compile::module_source(), arch)
 }

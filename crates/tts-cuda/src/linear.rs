@@ -210,6 +210,7 @@ impl GemmScratch {
                 chain_gemv: true,
                 fused_mlp: FusedMlp::default(),
                 fused_attention: crate::stack::FusedAttention::default(),
+                fused_head: false,
                 ..Default::default()
             },
             split_ready: Cell::new(None),

@@ -173,6 +173,9 @@ pub struct LinearPaths {
     /// Which steps of staged stage calls over short caches run their attention with its
     /// neighbours in one launch (`stack::FusedAttention`, `CudaOptions::fused_attention`).
     pub fused_attention: crate::stack::FusedAttention,
+    /// One-row code-predictor steps end with their head and sampler in one launch
+    /// (`head_sample`, `CudaOptions::fused_head`).
+    pub fused_head: bool,
     /// Whether the code predictor's short-cache attention takes one block per kv-head
     /// group instead of one per q head: always / never (parity tests, benchmarks), else
     /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).

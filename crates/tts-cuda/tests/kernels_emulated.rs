@@ -252,6 +252,41 @@ fn qkv_attention_o_kernels_match_the_reference() {
     );
 }
 
+/// `head_sample_cp_m1` on the plan of the 1.7B code predictor's heads (2048 × 1024: 128
+/// blocks of 16 rows) and of an odd shape (300 × 256: 100 blocks of 3), greedy and
+/// sampled, at a middle step (the next step's rows written) and the last, and for a
+/// padding row: its logits against an f64 reference, its choice and writes against
+/// `sample_cp` on the same logits.
+#[test]
+fn head_sample_kernel_matches_the_separate_sampler() {
+    let mut args = Vec::new();
+    let mut case = |(vocab, hidden): (usize, usize), step: usize, sample: bool, slot: i32| {
+        let plan = tts_cuda::head_sample::head_sample_plan(vocab, hidden, H200_SMS)
+            .unwrap_or_else(|| panic!("{vocab}x{hidden} fits"));
+        args.extend([
+            vocab.to_string(),
+            hidden.to_string(),
+            plan.rows_per_block.to_string(),
+            plan.smem.to_string(),
+            step.to_string(),
+            u8::from(sample).to_string(),
+            slot.to_string(),
+        ]);
+    };
+    let cp = (2048, 1024);
+    case(cp, 3, false, 1);
+    case(cp, 3, true, 1);
+    case(cp, 15, true, 0);
+    case(cp, 7, true, -1);
+    case((300, 256), 2, true, 1);
+    run_emulated(
+        "head_sample_kernel_matches_the_separate_sampler",
+        "head_sample.cpp",
+        &["mlp_fused.cu", "sampling.cu", "head_sample.cu"],
+        &args,
+    );
+}
+
 /// The emulator itself: barriers with reductions, early exits, warp exchanges, clusters.
 #[test]
 fn the_emulator_runs_known_kernels() {

@@ -115,6 +115,8 @@ pub fn create_cuda(
             "QWEN3_TTS_FUSED_ATTENTION",
             tts_cuda::CudaOptions::default().fused_attention,
         )?,
+        // a one-row code-predictor step's head and sampler in one launch (0: apart)
+        fused_head: std::env::var("QWEN3_TTS_FUSED_HEAD").is_ok_and(|v| v == "1"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

@@ -102,6 +102,10 @@ pub struct CudaOptions {
     /// measured on the H200): the QKV projection, the short-cache attention kernel, then
     /// the O projection.
     pub fused_attention: crate::stack::FusedAttention,
+    /// A one-row code-predictor step ends with its head and sampler in one launch
+    /// (`head_sample.cu`: the head's blocks write the logits, the last one samples). Off
+    /// (the default until measured on the H200): the head's GEMV, then `sample_cp`.
+    pub fused_head: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -294,6 +298,7 @@ impl Default for CudaOptions {
             chain_gemv: true,
             fused_mlp: crate::linear::FusedMlp::default(),
             fused_attention: crate::stack::FusedAttention::default(),
+            fused_head: false,
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,

@@ -65,6 +65,7 @@ fn choose_paths(
     paths.chain_gemv = opts.chain_gemv;
     paths.fused_mlp = opts.fused_mlp;
     paths.fused_attention = opts.fused_attention;
+    paths.fused_head = opts.fused_head;
     // the one-launch attention halves only where every head's cluster fits at once
     use crate::stack::{qkv_attention_o_fits, HalfKind};
     let fused = &mut paths.fused_attention;

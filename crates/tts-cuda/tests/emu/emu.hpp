@@ -420,6 +420,16 @@ inline unsigned __ballot_sync(unsigned mask, int p) {
         if (mask >> l & 1u && all[l]) r |= 1u << l;
     return r;
 }
+// The lanes of `mask` whose value equals this lane's.
+template <typename T>
+inline unsigned __match_any_sync(unsigned mask, T v) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const uint64_t mine = all[emu_lane()];
+    unsigned r = 0;
+    for (unsigned l = 0; l < 32; l++)
+        if (mask >> l & 1u && all[l] == mine) r |= 1u << l;
+    return r;
+}
 inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
 inline int __all_sync(unsigned mask, int p) { return __ballot_sync(mask, p) == (mask & emu::blk().warps[emu::linear_tid() >> 5].live); }
 inline unsigned __activemask() { return emu::blk().warps[emu::linear_tid() >> 5].live; }
@@ -447,6 +457,7 @@ inline float __saturatef(float a) { return a < 0.f ? 0.f : a > 1.f ? 1.f : a; }
 inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
 inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
 inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned)v); }

@@ -237,6 +237,37 @@ fn fused_attention_stages_match_the_separate_kernels() {
     }
 }
 
+/// One-row code-predictor steps ending with their head and sampler in one launch
+/// (`CudaOptions::fused_head`: `head_sample.cu`, the last of the head's blocks sampling)
+/// compute what the head's GEMV then `sample_cp` compute: one request, identical sampled
+/// codes for 6 frames and last-head logits within 1e-4, with f32 and bf16 caches, on the
+/// demo model and the full-size 1.7B geometry (where the shapes do not fit the kernel,
+/// both runs take the same path).
+#[test]
+fn fused_head_stages_match_the_separate_kernels() {
+    let test = "fused_head_stages_match_the_separate_kernels";
+    let opts = |exact, fused_head| CudaOptions {
+        fused_head,
+        ..options(exact)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, 1, 2, |_| {
+            "One request, its code predictor sampling where its head ends.".to_string()
+        });
+        for (caches, exact) in [("f32", true), ("bf16", false)] {
+            let Some(apart) = lock_step_on(&model, test, opts(exact, false), &prompts, &[335], 6)
+            else {
+                return;
+            };
+            let run = lock_step_on(&model, test, opts(exact, true), &prompts, &[335], 6).unwrap();
+            let what = format!("fused head, {caches} caches");
+            let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
+            eprintln!("{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}");
+        }
+    }
+}
+
 /// On an sm_90 device, the one-row attention-half kernels take the code predictor and the
 /// talker of `model` and all their heads' clusters run at once (else the stage calls fall
 /// back without saying so).
