@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The one-row fused kernels on the H200 (repository root of the device machine, binaries
 # built here by bench/device-build.sh and carried in .device-carry/), in two commands of
-# under 600 s each:
+# under 600 s each (three for all the variants):
 #   PART=parity OUT=... bash bench/fused-ab.sh   # their GPU tests (gpu_parity, filtered)
-#   PART=stages OUT=... bash bench/fused-ab.sh   # bench-stages once per variant + MLP table
-# Variants are knob sets (docs/cuda-knobs.md): the fused MLP kernels (QWEN3_TTS_FUSED_MLP)
-# times the fused attention kernels (QWEN3_TTS_FUSED_ATTENTION). STAGE_VARIANTS replaces
-# the list (NAME:KNOB=VALUE+KNOB=VALUE ...).
+#   PART=stages OUT=... bash bench/fused-ab.sh   # bench-stages once per variant
+#   PART=more OUT=... bash bench/fused-ab.sh     # the other variants, and the MLP table
+# Variants are knob sets (docs/cuda-knobs.md): the fused MLP kernels (QWEN3_TTS_FUSED_MLP),
+# the fused attention halves (QWEN3_TTS_FUSED_ATTENTION) and the fused head + sampler
+# (QWEN3_TTS_FUSED_HEAD). STAGE_VARIANTS replaces the list (NAME:KNOB=VALUE+KNOB=VALUE ...).
 set -u
 source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-case "${PART:-stages}" in
+PART=${PART:-stages}
+case "$PART" in
 parity)
     # the kernel tests, then the stage-level comparisons (1.7B geometry: the slow ones)
     # (FILTERS replaces the list; at PARITY_TIMEOUT=110 s each the five fit one 600 s
@@ -24,9 +26,12 @@ parity)
         grep -E "^test |test result|panicked|rel err|fit at once" "$OUT/parity_$filter.txt" | head -40
     done
     ;;
-stages)
+stages | more)
     M=QWEN3_TTS_FUSED_MLP A=QWEN3_TTS_FUSED_ATTENTION F=QWEN3_TTS_FUSED_HEAD
-    VARIANTS=${STAGE_VARIANTS:-"base: mlp:$M=staged mlps:$M=staged-stream stream:$M=stream o:$A=o qkv:$A=qkv talker:$A=talker mlp_qkv:$M=staged+$A=qkv mlps_qkv:$M=staged-stream+$A=qkv both_all:$M=1+$A=all stream_all:$M=all-stream+$A=all head:$F=1 stream_all_head:$M=all-stream+$A=all+$F=1"}
+    # (7 variants of ~30-60 s each: one command)
+    first="base: mlps:$M=staged-stream qkv:$A=qkv mlps_qkv:$M=staged-stream+$A=qkv head:$F=1 talker:$A=talker stream_all_head:$M=all-stream+$A=all+$F=1"
+    more="base: mlp:$M=staged stream:$M=stream o:$A=o mlp_qkv:$M=staged+$A=qkv both_all:$M=1+$A=all stream_all:$M=all-stream+$A=all"
+    if [ "$PART" = more ]; then VARIANTS=${STAGE_VARIANTS:-$more}; else VARIANTS=${STAGE_VARIANTS:-$first}; fi
     for v in $VARIANTS; do
         name=${v%%:*}
         knobs=${v#*:}
@@ -37,13 +42,15 @@ stages)
         echo "variant $name ($knobs) rc $?"
         grep -E "^(code_predictor|talker_step) " "$OUT/stages_$name.txt" | head -8
     done
-    timeout 120 $D/qwen3-tts bench-stages --batches 1 --iters 10 --kernels \
-        > "$OUT/kernels.txt" 2>&1
-    echo "kernels rc $?"
-    grep -E "^mlp" "$OUT/kernels.txt"
+    if [ "$PART" = more ]; then
+        timeout 120 $D/qwen3-tts bench-stages --batches 1 --iters 10 --kernels \
+            > "$OUT/kernels.txt" 2>&1
+        echo "kernels rc $?"
+        grep -E "^mlp" "$OUT/kernels.txt"
+    fi
     ;;
 *)
-    echo "PART must be parity or stages" >&2
+    echo "PART must be parity, stages or more" >&2
     exit 2
     ;;
 esac
