@@ -12,7 +12,11 @@
 // deadlocks here (and is reported) as it may on a GPU.
 //
 // Exited threads no longer count at block barriers (as on Volta and later). Warp exchanges
-// expect the live lanes of their mask.
+// expect the live lanes of their mask, one exchange at a time per warp (two groups of lanes
+// exchanging under disjoint masks at once are not emulated). Not emulated: timing, memory
+// ordering between blocks (a block runs until it waits), texture and tensor-core
+// instructions (`asm` statements are dropped: a kernel that needs one gives wrong results
+// here, so each emulated kernel's test says which it covers).
 #pragma once
 
 #include <ucontext.h>
@@ -87,7 +91,6 @@ struct Block {
     int bar_arrived = 0, cl_arrived = 0;
     unsigned bar_gen = 0;
     long long bar_acc[2] = {0, 0};  // the reduction of __syncthreads_count / _or / _and
-    int bar_op = 0;
     const std::function<void()>* body = nullptr;
 };
 
