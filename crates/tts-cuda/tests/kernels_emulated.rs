@@ -20,15 +20,16 @@ fn emu_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emu")
 }
 
-/// A kernel source as C++: `asm` statements become no-ops (common.cuh's PTX helpers that
-/// matter have emulated twins in emu.hpp) and each `extern __shared__` array becomes a
+/// A kernel source as C++: the `asm` statements of PDL and prefetches become no-ops, every
+/// other one a call that stops the run if it is reached (common.cuh's PTX helpers that
+/// matter have emulated twins in emu.hpp), and each `extern __shared__` array becomes a
 /// pointer to the launch's dynamic shared memory.
 fn as_cpp(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     for line in src.lines() {
-        let line = line
-            .replace("asm volatile(", "EMU_ASM(")
-            .replace("asm(", "EMU_ASM(");
+        let harmless = line.contains("griddepcontrol.") || line.contains("prefetch.global");
+        let asm = if harmless { "EMU_ASM_NOP(" } else { "EMU_ASM(" };
+        let line = line.replace("asm volatile(", asm).replace("asm(", asm);
         match line.find("extern __shared__") {
             Some(at) => out.push_str(&dynamic_shared(&line, at)),
             None => out.push_str(&line),
@@ -306,6 +307,10 @@ fn sources_become_cpp() {
     );
     assert_eq!(
         as_cpp("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");"),
-        "EMU_ASM(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+        "EMU_ASM_NOP(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    );
+    assert_eq!(
+        as_cpp("    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));"),
+        "    EMU_ASM(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
     );
 }

@@ -15,8 +15,8 @@
 // expect the live lanes of their mask, one exchange at a time per warp (two groups of lanes
 // exchanging under disjoint masks at once are not emulated). Not emulated: timing, memory
 // ordering between blocks (a block runs until it waits), texture and tensor-core
-// instructions (`asm` statements are dropped: a kernel that needs one gives wrong results
-// here, so each emulated kernel's test says which it covers).
+// instructions (an `asm` statement other than PDL's and prefetches stops the run when it is
+// reached).
 #pragma once
 
 #include <ucontext.h>
@@ -359,7 +359,9 @@ inline unsigned char* dynamic_smem() { return blk().dyn.data(); }
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ thread_local
 #define __constant__
-#define EMU_ASM(...) ((void)0)
+// PDL and prefetches do nothing here; any other PTX stops the run where it is reached.
+#define EMU_ASM_NOP(...) ((void)0)
+#define EMU_ASM(...) emu::fail("PTX that is not emulated: " #__VA_ARGS__)
 
 #define threadIdx (emu::fib().tid)
 #define blockIdx (emu::blk().idx)
