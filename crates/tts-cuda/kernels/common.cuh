@@ -222,9 +222,9 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 
 // Sums of one f32 row across a grid's blocks in 64-bit fixed point (2^-32 units): integer
 // atomics, so the sum does not depend on the order blocks add in and a result has the same
-// bits every run (mlp_fused.cu, attention_o.cu). `sums` and `arrived` are zero between
-// launches: the last block to arrive (fixed_fold_last) adds the sums to the row, zeroes
-// them and resets the count.
+// bits every run (mlp_fused.cu, attention_o.cu, qkv_attention_o*.cu). `sums` and
+// `arrived` are zero between launches: the last block to arrive (fixed_fold_last) adds the
+// sums to the row, zeroes them and resets the count.
 #define FIXED_ONE 4294967296.0f
 __device__ __forceinline__ void fixed_add(unsigned long long* sums, int n, float v) {
     atomicAdd(sums + n, (unsigned long long)__float2ll_rn(v * FIXED_ONE));

@@ -223,7 +223,8 @@ impl GemmScratch {
     }
 
     /// The fixed-point row sums and arrival count of the one-row fused kernels
-    /// (`mlp_fused.cu`, `attention_o.cu`; `common.cuh`'s `fixed_add`): zero between launches.
+    /// (`mlp_fused.cu`, `attention_o.cu`, `qkv_attention_o*.cu`; `common.cuh`'s
+    /// `fixed_add`; `head_sample.cu` takes the count alone): zero between launches.
     pub(crate) fn row_sums(&self) -> (u64, u64) {
         (self.fixed_sums.ptr, self.fixed_arrived.ptr)
     }
