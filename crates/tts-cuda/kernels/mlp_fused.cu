@@ -162,9 +162,9 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
 // time per warp (the first pair loaded before the PDL wait), and the block's down slices,
 // with `prefetch` its other gate/up rows too, are asked into L2 at the start so the later
 // phases read them from there (the host asks for the gate/up rows where the whole layer's
-// fit in L2 beside the rest). The normed row sits in shared memory (its Σ x² summed by the
-// block), so a block takes ~100 registers a thread and one of qkv_attention_o*.cu's fits
-// beside it on a multiprocessor.
+// fit in L2 beside the rest). The normed row sits in dynamic shared memory (H floats; its
+// Σ x² summed by the block), so a block takes ~100 registers a thread and one of
+// qkv_attention_o*.cu's fits beside it on a multiprocessor.
 template <int STEPS>
 __device__ __forceinline__ void mlp_stream_body(
     const bf16* __restrict__ Wgu, const bf16* __restrict__ Wd, int H, int I, int ipb,
@@ -172,8 +172,10 @@ __device__ __forceinline__ void mlp_stream_body(
     unsigned int* arrived, int early, int prefetch) {
     __shared__ float s_act[MLP_MAX_IPB];
     // the row with the norm's gains applied (in shared memory, not in every warp's
-    // registers: those hold the streamed weights)
-    __shared__ __align__(16) float s_xg[256 * STEPS];
+    // registers: those hold the streamed weights); dynamic (H floats), so the launch asks
+    // for shared memory and no multiprocessor is set to its smallest share for it
+    extern __shared__ __align__(16) unsigned char s_stream[];
+    float* s_xg = (float*)s_stream;
     __shared__ float s_red[33];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j0 = blockIdx.x * ipb, steps = H / 256;

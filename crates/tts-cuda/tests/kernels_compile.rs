@@ -98,7 +98,7 @@ fn fused_plans_fit_their_shared_memory_allowance() {
             allowance(name)
         );
     }
-    // the streamed MLP takes none
+    // the streamed MLP takes its normed row only: within what any launch gets
     let stream = tts_cuda::linear::fused_mlp_plan(talker.0, talker.4, sms, false).expect("fits");
-    assert_eq!(stream.smem, 0);
+    assert!(!stream.staged && stream.smem == talker.0 * 4 && stream.smem <= 40 << 10);
 }

@@ -77,20 +77,22 @@ impl std::str::FromStr for FusedMlp {
 /// which would push out what the next launches read).
 const PREFETCH_MAX_BYTES: usize = 16 << 20;
 
-/// How `mlp_fused_m1` (`smem` bytes of weights a block) or `mlp_stream_m1_*` (`smem` 0)
-/// covers a layer: `blocks` blocks of `cols_per_block` intermediate columns.
+/// How `mlp_fused_m1` (`staged`: `smem` bytes of weights a block) or `mlp_stream_m1_*`
+/// (`smem`: the normed row's floats) covers a layer: `blocks` blocks of `cols_per_block`
+/// intermediate columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MlpPlan {
     pub blocks: usize,
     pub cols_per_block: usize,
     pub smem: usize,
+    pub staged: bool,
 }
 
 impl MlpPlan {
     /// The kernel of the plan for rows `hidden` wide, and whether (a stream kernel) it
     /// asks its gate/up rows into L2 before its wait.
     pub fn kernel(&self, hidden: usize) -> (&'static str, bool) {
-        if self.smem > 0 {
+        if self.staged {
             ("mlp_fused_m1", false)
         } else {
             let name = if hidden <= 1024 {
@@ -117,12 +119,18 @@ pub fn fused_mlp_plan(hidden: usize, inter: usize, sms: usize, staged: bool) -> 
     let cols = (8..=MAX_COLS_PER_BLOCK)
         .step_by(8)
         .find(|&c| inter.is_multiple_of(c) && inter / c <= sms)?;
-    // gate and up rows (2 · cols · hidden) and the down rows' slices (hidden · cols), bf16
-    let smem = if staged { 6 * cols * hidden } else { 0 };
+    // gate and up rows (2 · cols · hidden) and the down rows' slices (hidden · cols), bf16;
+    // streamed, the normed row (f32)
+    let smem = if staged {
+        6 * cols * hidden
+    } else {
+        4 * hidden
+    };
     (smem <= FUSED_MLP_MAX_SMEM).then_some(MlpPlan {
         blocks: inter / cols,
         cols_per_block: cols,
         smem,
+        staged,
     })
 }
 
@@ -185,7 +193,7 @@ pub fn fused_mlp(
         Arg::P(arrived),
         Arg::I(i32::from(early)),
     ];
-    if plan.smem == 0 {
+    if !plan.staged {
         args.push(Arg::I(i32::from(prefetch)));
     }
     gpu.launch_reading(
@@ -213,15 +221,22 @@ mod tests {
             Some(MlpPlan {
                 blocks: 128,
                 cols_per_block: 24,
-                smem: 147_456
+                smem: 147_456,
+                staged: true,
             })
         );
         assert!(fused_mlp_plan(2048, 6144, 132, true).is_none());
-        // ... which streams its slices: 128 blocks of 48 columns
+        // ... which streams its slices: 128 blocks of 48 columns, its normed row in
+        // shared memory
         let talker = fused_mlp_plan(2048, 6144, 132, false).expect("streams");
         assert_eq!(
-            (talker.blocks, talker.cols_per_block, talker.smem),
-            (128, 48, 0)
+            (
+                talker.blocks,
+                talker.cols_per_block,
+                talker.smem,
+                talker.staged
+            ),
+            (128, 48, 2048 * 4, false)
         );
         // on the 8-step stream kernel, its 48 MiB of gate/up rows not asked into L2; the
         // code predictor's streamed (12 MiB) on the 4-step one, asked into L2

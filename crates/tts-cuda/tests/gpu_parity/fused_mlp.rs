@@ -97,7 +97,7 @@ fn fused_mlp_matches_its_reference_and_the_staged_gemvs() {
                     return Ok(None);
                 };
                 fused_mlp(gpu, scratch, (&gate_up, &down_l), rows, norm, plan, false)?;
-                Ok::<_, tts_cuda::CudaError>(Some(plan.smem > 0))
+                Ok::<_, tts_cuda::CudaError>(Some(plan.staged))
             })
             .unwrap()
             .map(|staged| (staged, gpu.read(&xd, h).unwrap()))
