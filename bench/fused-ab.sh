@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one-row fused kernels on the H200 (repository root of the device machine, binaries
 # built here by bench/device-build.sh and carried in .device-carry/), in two commands of
-# under 600 s each (three for all the variants):
+# under 600 s each:
 #   PART=parity OUT=... bash bench/fused-ab.sh   # their GPU tests (gpu_parity, filtered)
+#   PART=parity2 OUT=... bash bench/fused-ab.sh  # the fused attention's (16 runs a model)
 #   PART=stages OUT=... bash bench/fused-ab.sh   # bench-stages once per variant
 #   PART=more OUT=... bash bench/fused-ab.sh     # the other variants, and the MLP table
 # Variants are knob sets (docs/cuda-knobs.md): the fused MLP kernels (QWEN3_TTS_FUSED_MLP),
@@ -15,12 +16,18 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 PART=${PART:-stages}
 case "$PART" in
-parity)
-    # the kernel tests, then the stage-level comparisons (1.7B geometry: the slow ones)
-    # (FILTERS replaces the list; at PARITY_TIMEOUT=110 s each the five fit one 600 s
-    # command, or run them as two)
-    for filter in ${FILTERS:-fused_mlp_matches staged_gemv_stages fused_mlp_stages fused_attention_stages fused_head_stages}; do
-        timeout "${PARITY_TIMEOUT:-110}" $D/gpu_parity --test-threads=1 "$filter" \
+parity | parity2)
+    # the kernel tests, then the stage-level comparisons (1.7B geometry: the slow ones);
+    # FILTERS replaces the list
+    if [ "$PART" = parity2 ]; then
+        filters=${FILTERS:-fused_attention_stages}
+        limit=${PARITY_TIMEOUT:-540}
+    else
+        filters=${FILTERS:-fused_mlp_matches staged_gemv_stages fused_mlp_stages fused_head_stages}
+        limit=${PARITY_TIMEOUT:-135}
+    fi
+    for filter in $filters; do
+        timeout "$limit" $D/gpu_parity --test-threads=1 "$filter" \
             > "$OUT/parity_$filter.txt" 2>&1
         echo "parity $filter rc $?"
         grep -E "^test |test result|panicked|rel err|fit at once" "$OUT/parity_$filter.txt" | head -40
@@ -50,7 +57,7 @@ stages | more)
     fi
     ;;
 *)
-    echo "PART must be parity, stages or more" >&2
+    echo "PART must be parity, parity2, stages or more" >&2
     exit 2
     ;;
 esac
