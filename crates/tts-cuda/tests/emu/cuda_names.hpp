@@ -1,0 +1,216 @@
+// cuda_names.hpp — the CUDA built-ins, intrinsics, atomics and the PTX helpers of
+// common.cuh that kernels use, for the kernel sources compiled as C++ over emu.hpp's
+// runtime (included by it; see there).
+#pragma once
+
+#define EMU_CUDA 1
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ thread_local
+#define __constant__
+// PDL and prefetches do nothing here; any other PTX stops the run where it is reached.
+#define EMU_ASM_NOP(...) ((void)0)
+#define EMU_ASM(...) emu::fail("PTX that is not emulated: " #__VA_ARGS__)
+
+#define threadIdx (emu::fib().tid)
+#define blockIdx (emu::blk().idx)
+#define blockDim (emu::blk().dim)
+#define gridDim (emu::blk().grid)
+#define warpSize 32
+
+[[noreturn]] inline void __trap() { emu::fail("__trap()"); }
+
+inline void __syncthreads() { emu::block_barrier(0, 0); }
+inline int __syncthreads_count(int p) { return (int)emu::block_barrier(1, p); }
+inline int __syncthreads_or(int p) { return (int)emu::block_barrier(2, p); }
+inline int __syncthreads_and(int p) { return (int)emu::block_barrier(3, p); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_exchange(mask, 0); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+template <typename T>
+inline uint64_t emu_bits(T v) {
+    static_assert(sizeof(T) <= 8, "warp exchange of more than 8 bytes");
+    uint64_t u = 0;
+    std::memcpy(&u, &v, sizeof(T));
+    return u;
+}
+template <typename T>
+inline T emu_from(uint64_t u) {
+    T v;
+    std::memcpy(&v, &u, sizeof(T));
+    return v;
+}
+inline unsigned emu_lane() { return emu::linear_tid() & 31; }
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[base + ((unsigned)src & (unsigned)(width - 1))]);
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), src = lane ^ (unsigned)m;
+    const unsigned base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[src < base + (unsigned)width ? src : lane]);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[lane + d < base + (unsigned)width ? lane + d : lane]);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const unsigned lane = emu_lane(), base = lane & ~(unsigned)(width - 1);
+    return emu_from<T>(all[lane >= base + d ? lane - d : lane]);
+}
+inline unsigned __ballot_sync(unsigned mask, int p) {
+    const uint64_t* all = emu::warp_exchange(mask, p != 0);
+    unsigned r = 0;
+    for (unsigned l = 0; l < 32; l++)
+        if (mask >> l & 1u && all[l]) r |= 1u << l;
+    return r;
+}
+// The lanes of `mask` whose value equals this lane's.
+template <typename T>
+inline unsigned __match_any_sync(unsigned mask, T v) {
+    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const uint64_t mine = all[emu_lane()];
+    unsigned r = 0;
+    for (unsigned l = 0; l < 32; l++)
+        if (mask >> l & 1u && all[l] == mine) r |= 1u << l;
+    return r;
+}
+inline int __any_sync(unsigned mask, int p) { return __ballot_sync(mask, p) != 0; }
+inline int __all_sync(unsigned mask, int p) { return __ballot_sync(mask, p) == (mask & emu::blk().warps[emu::linear_tid() >> 5].live); }
+inline unsigned __activemask() { return emu::blk().warps[emu::linear_tid() >> 5].live; }
+
+inline float __uint_as_float(unsigned u) { return emu_from<float>(u); }
+inline unsigned __float_as_uint(float f) { return (unsigned)emu_bits(f); }
+inline float __int_as_float(int i) { return emu_from<float>((unsigned)i); }
+inline int __float_as_int(float f) { return (int)(unsigned)emu_bits(f); }
+inline long long __float2ll_rn(float f) { return std::llrintf(f); }
+inline int __float2int_rn(float f) { return (int)std::lrintf(f); }
+inline int __float2int_rz(float f) { return (int)f; }
+inline int __float2int_rd(float f) { return (int)std::floor(f); }
+inline unsigned __float2uint_rn(float f) { return (unsigned)std::llrintf(f); }
+inline float __int2float_rn(int i) { return (float)i; }
+inline float __uint2float_rn(unsigned u) { return (float)u; }
+inline float __ll2float_rn(long long v) { return (float)v; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __sinf(float x) { return std::sin(x); }
+inline float __cosf(float x) { return std::cos(x); }
+inline float __powf(float a, float b) { return std::pow(a, b); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __saturatef(float a) { return a < 0.f ? 0.f : a > 1.f ? 1.f : a; }
+inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
+inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned)v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+inline unsigned __brev(unsigned v) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= ((v >> i) & 1u) << (31 - i);
+    return r;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline size_t min(size_t a, size_t b) { return a < b ? a : b; }
+inline size_t max(size_t a, size_t b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcs(const T* p) { return *p; }
+template <typename T>
+inline T __ldlu(const T* p) { return *p; }
+template <typename T>
+inline void __stcg(T* p, T v) { *p = v; }
+template <typename T>
+inline void __stcs(T* p, T v) { *p = v; }
+
+template <typename T>
+inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline float atomicAdd(float* p, float v) {
+    unsigned* u = (unsigned*)p;
+    unsigned old = __atomic_load_n(u, __ATOMIC_SEQ_CST), want;
+    do want = __float_as_uint(__uint_as_float(old) + v);
+    while (!__atomic_compare_exchange_n(u, &old, want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return __uint_as_float(old);
+}
+template <typename T>
+inline T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+inline T atomicCAS(T* p, T cmp, T v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+template <typename T>
+inline T atomicMax(T* p, T v) {
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
+template <typename T>
+inline T atomicMin(T* p, T v) {
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
+template <typename T>
+inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+inline T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
+
+// ---- what common.cuh defines only for sm_80 / sm_90 (its `#if __CUDA_ARCH__` blocks)
+inline unsigned smem_addr(const void* p) { return emu::shared_addr(p); }
+inline unsigned __cvta_generic_to_shared(const void* p) { return emu::shared_addr(p); }
+inline void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    unsigned char* d = emu::shared_ptr(dst);
+    if (((uintptr_t)d & 15u) || ((uintptr_t)src & 15u)) emu::fail("a cp.async of 16 bytes that is not 16-byte aligned");
+    std::memset(d, 0, 16);
+    std::memcpy(d, src, (size_t)std::min(std::max(src_bytes, 0), 16));
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+
+// Cluster barrier: every live thread of every block of the cluster.
+inline void cluster_sync_all() {
+    emu::Block& b = emu::blk();
+    if (!b.cluster) {
+        __syncthreads();
+        return;
+    }
+    b.cl_arrived++;
+    emu::fib().state = emu::State::Cluster;
+    emu::yield_to_scheduler();
+}
+inline unsigned cluster_ctarank() { return emu::blk().rank; }
+inline unsigned cluster_map(unsigned a, unsigned rank) { return (a & ~(15u << 26)) | (rank + 1) << 26; }
+inline float ld_cluster_rank(unsigned a, unsigned rank) {
+    float v;
+    std::memcpy(&v, emu::shared_ptr(cluster_map(a, rank)), 4);
+    return v;
+}
