@@ -4,19 +4,18 @@
 //   logits = head(norm x);  code = sample(logits)   (+ the next step's input rows)
 //
 // where the staged path takes two dependent launches (the head's GEMV, then sample_cp).
-// Block b computes logits [b·rpb, (b+1)·rpb): its head rows are copied into shared memory
-// before the PDL wait, each warp takes rows w, w + 8, ... (the row normed as mlp_fused.cu's
-// mlp_row_in forms it) and writes their logits; the last block to arrive (a counter, as
-// common.cuh's fixed_fold_last) reads every logit through L2 and runs sampling.cu's
-// sample_cp_row (the same choice, frames entry and next-step rows as sample_cp), then
-// resets the counter for the next launch.
+// Block b (SAMPLE_THREADS threads, as sample_cp's one-row launch: the sampler's sums then
+// run in the same order) computes logits [b·rpb, (b+1)·rpb): its head rows are copied into
+// shared memory before the PDL wait, each warp takes rows w, w + 16, ... (the row normed
+// as mlp_fused.cu's mlp_row_in forms it) and writes their logits. The last block to
+// arrive (a counter, as common.cuh's fixed_fold_last) reads every logit through L2 and
+// runs sampling.cu's sample_cp_row (the same choice, frames entry and next-step rows as
+// sample_cp), then resets the counter for the next launch.
 //
-// Shapes (`code_predictor::head_sample_plan` checks them): H a multiple of 256, at most
+// Shapes (`head_sample::head_sample_plan` checks them): H a multiple of 256, at most
 // 256·MLP_MAX_STEPS; V at most SAMPLE_MAXV; rpb · H bf16 of shared memory a block.
 
-#define HS_WARPS 8
-
-extern "C" __global__ void __launch_bounds__(256) head_sample_cp_m1(
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) head_sample_cp_m1(
     const bf16* __restrict__ W, int V, int H, int rpb, const float* __restrict__ norm_w, float eps,
     const float* x, float* logits, unsigned int* arrived, const int* __restrict__ slots,
     const unsigned int* __restrict__ params, int step, int* frames,
@@ -25,7 +24,7 @@ extern "C" __global__ void __launch_bounds__(256) head_sample_cp_m1(
     extern __shared__ __align__(16) unsigned char s_head[];
     __shared__ SampleShared sh;
     __shared__ int s_last;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const int row0 = blockIdx.x * rpb, rows = min(rpb, V - row0), steps = H / 256;
     const bf16* s_w = (const bf16*)s_head;  // [rows][H]
     // 1. the block's head rows
@@ -45,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(256) head_sample_cp_m1(
     const float inv = mlp_row_in<MLP_MAX_STEPS>(x, norm_w, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
-    for (int i = warp; i < rows; i += HS_WARPS) {
+    for (int i = warp; i < rows; i += nw) {
         float acc = 0.f;
 #pragma unroll
         for (int j = 0; j < MLP_MAX_STEPS; j++) {

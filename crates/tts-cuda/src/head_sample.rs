@@ -100,7 +100,8 @@ pub fn head_sample(
         (head.w.ptr, head.bf16_bytes()),
         "head_sample_cp_m1",
         (plan.blocks as u32, 1, 1),
-        256,
+        // as sample_cp's one-row launch (its sums in the same order)
+        crate::device::SAMPLER_THREADS,
         plan.smem as u32,
         None,
         &args,

@@ -46,7 +46,7 @@ static void run_case(const HsCase& c) {
     };
     unsigned arrived = 0;
     Out fused = fresh();
-    emu::launch(dim3((c.V + c.rpb - 1) / c.rpb), dim3(256), c.smem, 1, [&] {
+    emu::launch(dim3((c.V + c.rpb - 1) / c.rpb), dim3(SAMPLE_THREADS), c.smem, 1, [&] {
         head_sample_cp_m1((const bf16*)w.data(), c.V, c.H, c.rpb, g.data(), eps, x.data(), fused.logits.data(),
                           &arrived, slots.data(), params.data(), c.step, fused.frames.data(), nullptr,
                           (const bf16*)raw.data(), D, fused.next_x.data(), D, qkv0.data(), Q, fused.qkv.data(), Q);
