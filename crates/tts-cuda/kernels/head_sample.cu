@@ -45,18 +45,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) head_sample_cp_m1(
     cp_async_wait<0>();
     __syncthreads();
     for (int i = warp; i < rows; i += nw) {
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < MLP_MAX_STEPS; j++) {
-            if (j >= steps) break;
-            const uint4 u = *(const uint4*)(s_w + (size_t)i * H + lane * 8 + j * 256);
-            float wf[8];
-            unpack8(u, wf);
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc = fmaf(xin[j][e], wf[e], acc);
-        }
-        acc = warp_sum(acc) * inv;
-        if (lane == 0) logits[row0 + i] = acc;
+        const float acc = staged_row_partial<MLP_MAX_STEPS>(s_w + (size_t)i * H, xin, lane, steps);
+        const float logit = warp_sum(acc) * inv;
+        if (lane == 0) logits[row0 + i] = logit;
     }
 
     // 3. the last block in samples from every block's logits

@@ -47,6 +47,39 @@ __device__ __forceinline__ float mlp_row_in(const float* x, const float* __restr
     return 1.0f / sqrtf(warp_sum(sq) / (float)H + eps);
 }
 
+// A warp's partial sum of the weight row w (H bf16, in shared memory) against its copy of
+// the normed row (mlp_row_in's xin, `steps` 256-wide steps), before the warp sum: the
+// products in gemv_staged.cu's order.
+template <int STEPS>
+__device__ __forceinline__ float staged_row_partial(const bf16* w, const float (&xin)[STEPS][8],
+                                                    int lane, int steps) {
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+        if (j >= steps) break;
+        const uint4 u = *(const uint4*)(w + lane * 8 + j * 256);
+        float wf[8];
+        unpack8(u, wf);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc = fmaf(xin[j][i], wf[i], acc);
+    }
+    return acc;
+}
+
+// A warp's lane octets of two weight rows (r0, r1: H bf16 in global memory, `steps`
+// 256-wide steps) into registers, w[r][j] = row r's k = lane·8 + j·256 ..
+template <int STEPS>
+__device__ __forceinline__ void load_row_pair(uint4 (&w)[2][STEPS], const bf16* r0,
+                                              const bf16* r1, int lane, int steps) {
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+        if (j < steps) {
+            w[0][j] = __ldg((const uint4*)(r0 + lane * 8 + j * 256));
+            w[1][j] = __ldg((const uint4*)(r1 + lane * 8 + j * 256));
+        }
+    }
+}
+
 // The row x (width H) with the norm's gains applied into s_xg, by the block; returns the
 // row's 1 / rms (block_sum's barriers publish s_xg).
 __device__ __forceinline__ float normed_row_smem(const float* x, const float* __restrict__ g,
@@ -119,21 +152,9 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
 
     // 3. the activations: warp w takes column pairs w, w + 8, ...
     for (int q = warp; q < ipb; q += MLP_WARPS) {
-        float acc[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < MLP_MAX_STEPS; j++) {
-            if (j >= steps) break;
-            const int idx = lane * 8 + j * 256;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const uint4 u = *(const uint4*)(s_gu + (size_t)(2 * q + r) * H + idx);
-                float wf[8];
-                unpack8(u, wf);
-#pragma unroll
-                for (int i = 0; i < 8; i++) acc[r] = fmaf(xin[j][i], wf[i], acc[r]);
-            }
-        }
-        const float g = warp_sum(acc[0]) * inv, u = warp_sum(acc[1]) * inv;
+        const bf16* gate = s_gu + (size_t)2 * q * H;
+        const float g = warp_sum(staged_row_partial<MLP_MAX_STEPS>(gate, xin, lane, steps)) * inv;
+        const float u = warp_sum(staged_row_partial<MLP_MAX_STEPS>(gate + H, xin, lane, steps)) * inv;
         if (lane == 0) s_act[q] = linear_act(g, u, 2, false, 0.f, 0.f);
     }
     __syncthreads();
@@ -196,13 +217,8 @@ __device__ __forceinline__ void mlp_stream_body(
     // ... and this warp's first column pair into registers
     uint4 w[2][STEPS];
     auto load_pair = [&](int q) {
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int j = 0; j < STEPS; j++)
-                if (j < steps)
-                    w[r][j] = __ldg((const uint4*)(Wgu + (size_t)(2 * (j0 + q) + r) * H + lane * 8 +
-                                                   j * 256));
+        const bf16* gate = Wgu + (size_t)2 * (j0 + q) * H;
+        load_row_pair<STEPS>(w, gate, gate + H, lane, steps);
     };
     if (warp < ipb) load_pair(warp);
     if (early) pdl_trigger();

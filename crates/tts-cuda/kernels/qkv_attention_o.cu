@@ -153,18 +153,9 @@ __device__ __forceinline__ void qkv_attention_o_body(
     __syncthreads();
     const int steps = H / 256;
     for (int i = warp; live && i < S; i += nw) {
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < MLP_MAX_STEPS; j++) {
-            if (j >= steps) break;
-            const uint4 u = *(const uint4*)(s_w + (size_t)i * H + lane * 8 + j * 256);
-            float wf[8];
-            unpack8(u, wf);
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc = fmaf(xin[j][e], wf[e], acc);
-        }
-        acc = warp_sum(acc) * inv;
-        if (lane == 0) s_part[i] = acc;
+        const float acc = staged_row_partial<MLP_MAX_STEPS>(s_w + (size_t)i * H, xin, lane, steps);
+        const float sum = warp_sum(acc) * inv;
+        if (lane == 0) s_part[i] = sum;
     }
 
     // 2. the head's q, k and v from the cluster's slices

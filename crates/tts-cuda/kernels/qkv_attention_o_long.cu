@@ -143,13 +143,9 @@ __device__ __forceinline__ void qkv_attention_o_long_body(
     }
     uint4 w[2][MLP_MAX_STEPS];
     auto load_pair = [&](int pr) {
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int j = 0; j < MLP_MAX_STEPS; j++)
-                if (j < steps)
-                    w[r][j] = __ldg((const uint4*)(Wqkv + (size_t)qkv_row(c * S + 2 * pr + r) * H +
-                                                   lane * 8 + j * 256));
+        const bf16* r0 = Wqkv + (size_t)qkv_row(c * S + 2 * pr) * H;
+        const bf16* r1 = Wqkv + (size_t)qkv_row(c * S + 2 * pr + 1) * H;
+        load_row_pair<MLP_MAX_STEPS>(w, r0, r1, lane, steps);
     };
     if (warp < pairs) load_pair(warp);
     // ... the RoPE angles, and this block's share of the cached rows into L2 (written by
