@@ -113,6 +113,16 @@ pub fn predict(
         count: b,
     };
     for j in 0..NUM_CODE_GROUPS - 1 {
+        let (head, norm) = (&cp.lm_heads[j], (cp.stack.norm.ptr, cp.stack.dims.rms_eps));
+        if j > 0 {
+            last = Rows {
+                ptr: ws.cp_x.ptr,
+                ld: ch,
+                count: b,
+            };
+        }
+        // the head and sampler in one launch where the call takes it
+        let fused_head = head_sample_call(gpu, &ws.scratch, head, last);
         if j > 0 {
             let positions = ws.cp_pos.at(2 * bmax + (j - 1) * bmax);
             let tok = Tokens {
@@ -121,20 +131,13 @@ pub fn predict(
                 slots: rows1,
                 positions,
             };
-            last = Rows {
-                ptr: ws.cp_x.ptr,
-                ld: ch,
-                count: b,
-            };
             // (the fused head norms its own row: no norm chain into it)
-            let fused = head_sample_call(gpu, &ws.scratch, &cp.lm_heads[j], last).is_some();
-            let head = NextLinear {
-                n: cp.lm_heads[j].n,
-                norm: Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)).filter(|_| !fused),
+            let next = NextLinear {
+                n: head.n,
+                norm: Some(norm).filter(|_| fused_head.is_none()),
             };
-            layers(tok, 1, cp.qkv0.is_some(), Some(head))?;
+            layers(tok, 1, cp.qkv0.is_some(), Some(next))?;
         }
-        let head = &cp.lm_heads[j];
         // the sampler's arguments after its logits and shape
         let sampler = [
             Arg::P(slots),
@@ -153,8 +156,7 @@ pub fn predict(
             Arg::P(ws.qkv.ptr),
             Arg::I(qkv_n as i32),
         ];
-        let norm = (cp.stack.norm.ptr, cp.stack.dims.rms_eps);
-        if let Some(plan) = head_sample_call(gpu, &ws.scratch, head, last) {
+        if let Some(plan) = fused_head {
             head_sample(
                 gpu,
                 &ws.scratch,
