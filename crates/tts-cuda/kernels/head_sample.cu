@@ -41,11 +41,11 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) head_sample_cp_m1(
 
     // 2. the normed row in every warp, then the block's logits
     float xin[MLP_MAX_STEPS][8];
-    const float inv = mlp_row_in<MLP_MAX_STEPS>(x, norm_w, H, eps, lane, xin);
+    const float inv = mlp_row_in(x, norm_w, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
     for (int i = warp; i < rows; i += nw) {
-        const float acc = staged_row_partial<MLP_MAX_STEPS>(s_w + (size_t)i * H, xin, lane, steps);
+        const float acc = staged_row_partial(s_w + (size_t)i * H, xin, lane, steps);
         const float logit = warp_sum(acc) * inv;
         if (lane == 0) logits[row0 + i] = logit;
     }

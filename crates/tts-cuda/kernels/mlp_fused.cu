@@ -21,15 +21,15 @@
 #define MLP_MAX_STEPS 8
 #define MLP_MAX_IPB 64
 
-// A warp's copy of the row x (width H, at most 256·STEPS) with the norm's gains applied,
-// as lane octets of 256-wide steps (xin[j][i] = x[k]·g[k], k = lane·8 + j·256 + i), and
-// the row's 1 / rms: the products and sums gemv_staged.cu forms.
-template <int STEPS>
+// A warp's copy of the row x (width H, at most 256·MLP_MAX_STEPS) with the norm's gains
+// applied, as lane octets of 256-wide steps (xin[j][i] = x[k]·g[k], k = lane·8 + j·256 +
+// i), and the row's 1 / rms: the products and sums gemv_staged.cu forms.
 __device__ __forceinline__ float mlp_row_in(const float* x, const float* __restrict__ norm_w,
-                                            int H, float eps, int lane, float (&xin)[STEPS][8]) {
+                                            int H, float eps, int lane,
+                                            float (&xin)[MLP_MAX_STEPS][8]) {
     float sq = 0.f;
 #pragma unroll
-    for (int j = 0; j < STEPS; j++) {
+    for (int j = 0; j < MLP_MAX_STEPS; j++) {
         if (j < H / 256) {
             const int idx = lane * 8 + j * 256;
             const float4* xp = (const float4*)(x + idx);
@@ -50,12 +50,12 @@ __device__ __forceinline__ float mlp_row_in(const float* x, const float* __restr
 // A warp's partial sum of the weight row w (H bf16, in shared memory) against its copy of
 // the normed row (mlp_row_in's xin, `steps` 256-wide steps), before the warp sum: the
 // products in gemv_staged.cu's order.
-template <int STEPS>
-__device__ __forceinline__ float staged_row_partial(const bf16* w, const float (&xin)[STEPS][8],
+__device__ __forceinline__ float staged_row_partial(const bf16* w,
+                                                    const float (&xin)[MLP_MAX_STEPS][8],
                                                     int lane, int steps) {
     float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < STEPS; j++) {
+    for (int j = 0; j < MLP_MAX_STEPS; j++) {
         if (j >= steps) break;
         const uint4 u = *(const uint4*)(w + lane * 8 + j * 256);
         float wf[8];
@@ -146,15 +146,15 @@ extern "C" __global__ void __launch_bounds__(256) mlp_fused_m1(
 
     // 2. the row, its gains applied, in every warp, and its 1 / rms
     float xin[MLP_MAX_STEPS][8];
-    const float inv = mlp_row_in<MLP_MAX_STEPS>(x, norm_w, H, eps, lane, xin);
+    const float inv = mlp_row_in(x, norm_w, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
 
     // 3. the activations: warp w takes column pairs w, w + 8, ...
     for (int q = warp; q < ipb; q += MLP_WARPS) {
         const bf16* gate = s_gu + (size_t)2 * q * H;
-        const float g = warp_sum(staged_row_partial<MLP_MAX_STEPS>(gate, xin, lane, steps)) * inv;
-        const float u = warp_sum(staged_row_partial<MLP_MAX_STEPS>(gate + H, xin, lane, steps)) * inv;
+        const float g = warp_sum(staged_row_partial(gate, xin, lane, steps)) * inv;
+        const float u = warp_sum(staged_row_partial(gate + H, xin, lane, steps)) * inv;
         if (lane == 0) s_act[q] = linear_act(g, u, 2, false, 0.f, 0.f);
     }
     __syncthreads();

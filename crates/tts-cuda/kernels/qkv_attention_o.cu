@@ -148,12 +148,12 @@ __device__ __forceinline__ void qkv_attention_o_body(
 
     // 1. the normed row and this block's S QKV sums
     float xin[MLP_MAX_STEPS][8];
-    const float inv = mlp_row_in<MLP_MAX_STEPS>(x, in_norm, H, eps, lane, xin);
+    const float inv = mlp_row_in(x, in_norm, H, eps, lane, xin);
     cp_async_wait<0>();
     __syncthreads();
     const int steps = H / 256;
     for (int i = warp; live && i < S; i += nw) {
-        const float acc = staged_row_partial<MLP_MAX_STEPS>(s_w + (size_t)i * H, xin, lane, steps);
+        const float acc = staged_row_partial(s_w + (size_t)i * H, xin, lane, steps);
         const float sum = warp_sum(acc) * inv;
         if (lane == 0) s_part[i] = sum;
     }
