@@ -299,8 +299,7 @@ DA_ENTRY(decode_attention_f32, float)
 //   2. attention of each new token over positions 0..pos: with the cached rows held, all
 //      from shared memory (attend_held), else the cached ones from the cache, the new ones
 //      from shared memory (no block waits on another's writes).
-// out: f32 [rows*tpr][ldo], head h at column (h - out_h0)*hd. Without store_kv the block
-// stores nothing in the cache (attention_o.cu: another block of the same head does).
+// out: f32 [rows*tpr][ldo], head h at column h*hd.
 #define FA_MAXT 4
 #define FA_SPOS 16
 
@@ -346,7 +345,7 @@ __device__ __forceinline__ void fused_attention_body(
     const int* __restrict__ slots, const int* __restrict__ positions,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache, KV* v_cache,
-    int max_pos, float* out, int ldo, bool store_kv = true, int out_h0 = 0) {
+    int max_pos, float* out, int ldo) {
     if (r >= rows || tpr < 1 || tpr > FA_MAXT) return;
     int slot = slots[r * tpr];
     if (slot < 0) return;
@@ -355,7 +354,7 @@ __device__ __forceinline__ void fused_attention_body(
     __shared__ float s_cs[FA_MAXT][128];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int rep = heads / kvh, g = h / rep, kvd = kvh * hd;
-    bool writer = store_kv && h % rep == 0;
+    bool writer = h % rep == 0;
     // GROUP: h is the group's first q head, and the block takes every q head of the group
     // in turn (the cached rows loaded, k and v normed and stored once)
     const int nh = GROUP ? rep : 1;
@@ -411,7 +410,7 @@ __device__ __forceinline__ void fused_attention_body(
         // 2. attention, token by token (attend and attend_held end with a barrier)
         for (int i = 0; i < tpr; i++) {
             int t = r * tpr + i;
-            float* dst = out + (size_t)t * ldo + (hq - out_h0) * hd;
+            float* dst = out + (size_t)t * ldo + hq * hd;
             if (HELD_ONLY || held)
                 attend_held(s_q[i], pos0 + i + 1, s_k, s_v, hd, dst);
             else if constexpr (!HELD_ONLY)

@@ -219,32 +219,3 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
-
-// Sums of one f32 row across a grid's blocks in 64-bit fixed point (2^-32 units): integer
-// atomics, so the sum does not depend on the order blocks add in and a result has the same
-// bits every run (mlp_fused.cu, attention_o.cu, qkv_attention_o*.cu). `sums` and
-// `arrived` are zero between launches: the last block to arrive (fixed_fold_last) adds the
-// sums to the row, zeroes them and resets the count.
-#define FIXED_ONE 4294967296.0f
-__device__ __forceinline__ void fixed_add(unsigned long long* sums, int n, float v) {
-    atomicAdd(sums + n, (unsigned long long)__float2ll_rn(v * FIXED_ONE));
-}
-
-// Every thread of every block calls this once its fixed_add calls are issued (it holds
-// block barriers): the last block in adds sums[r·n + i] to x[r·ldx + i] for rows r < rows.
-__device__ void fixed_fold_last(unsigned long long* sums, unsigned int* arrived, float* x, int n,
-                                int rows, int ldx) {
-    __shared__ int s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        s_last = atomicAdd(arrived, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < rows * n; i += blockDim.x) {
-        const long long s = (long long)atomicExch(sums + i, 0ull);
-        x[(size_t)(i / n) * ldx + i % n] += (float)((double)s * (1.0 / 4294967296.0));
-    }
-    if (threadIdx.x == 0) *arrived = 0u;
-}

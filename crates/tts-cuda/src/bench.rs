@@ -2,10 +2,6 @@
 //! per batch size, timed with CUDA events over many graph replays, with the achieved
 //! weight bandwidth (bytes of weights the stage reads once per call / time).
 
-mod mlp;
-
-pub use mlp::bench_mlp;
-
 use std::time::Instant;
 
 use cudarc::driver::sys as dsys;

@@ -11,7 +11,6 @@ use tts_model::config::NUM_CODE_GROUPS;
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
-use crate::head_sample::{head_sample, head_sample_call};
 use crate::kernels;
 use crate::linear::{linear, Act, NextLinear, Rows};
 use crate::persistent::Persistent;
@@ -113,16 +112,6 @@ pub fn predict(
         count: b,
     };
     for j in 0..NUM_CODE_GROUPS - 1 {
-        let (head, norm) = (&cp.lm_heads[j], (cp.stack.norm.ptr, cp.stack.dims.rms_eps));
-        if j > 0 {
-            last = Rows {
-                ptr: ws.cp_x.ptr,
-                ld: ch,
-                count: b,
-            };
-        }
-        // the head and sampler in one launch where the call takes it
-        let fused_head = head_sample_call(gpu, &ws.scratch, head, last);
         if j > 0 {
             let positions = ws.cp_pos.at(2 * bmax + (j - 1) * bmax);
             let tok = Tokens {
@@ -131,63 +120,53 @@ pub fn predict(
                 slots: rows1,
                 positions,
             };
-            // (the fused head norms its own row: no norm chain into it)
-            let next = NextLinear {
-                n: head.n,
-                norm: Some(norm).filter(|_| fused_head.is_none()),
+            let head = NextLinear {
+                n: cp.lm_heads[j].n,
+                norm: Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)),
             };
-            layers(tok, 1, cp.qkv0.is_some(), Some(next))?;
+            layers(tok, 1, cp.qkv0.is_some(), Some(head))?;
+            last = Rows {
+                ptr: ws.cp_x.ptr,
+                ld: ch,
+                count: b,
+            };
         }
-        // the sampler's arguments after its logits and shape
-        let sampler = [
-            Arg::P(slots),
-            Arg::P(state.params),
-            Arg::I(j as i32 + 1),
-            Arg::P(ws.frames.ptr),
-            // the next step's input, embedded by the sampler (saves a launch per step)
-            Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
-            Arg::P(cp.embeddings.ptr),
-            Arg::I(ch as i32),
-            Arg::P(ws.cp_x.ptr),
-            Arg::I(ch as i32),
-            // and its first-layer QKV row (the table, when there is one)
-            Arg::P(cp.qkv0.as_ref().map_or(0, |t| t.ptr)),
-            Arg::I(qkv_n as i32),
-            Arg::P(ws.qkv.ptr),
-            Arg::I(qkv_n as i32),
-        ];
-        if let Some(plan) = fused_head {
-            head_sample(
-                gpu,
-                &ws.scratch,
-                (head, plan),
-                (last, norm),
-                ws.logits.ptr,
-                &sampler,
-            )?;
-            continue;
-        }
+        let head = &cp.lm_heads[j];
         linear(
             gpu,
             head,
             last,
-            Some(norm),
+            Some((cp.stack.norm.ptr, cp.stack.dims.rms_eps)),
             Act::None,
             None,
             ws.logits.ptr,
             head.n,
             &ws.scratch,
         )?;
-        let shape = [
-            Arg::P(ws.logits.ptr),
-            Arg::I(head.n as i32),
-            Arg::I(b as i32),
-        ];
         gpu.launch(
             "sample_cp",
             (b as u32, 1, 1),
             crate::device::sampler_threads(b, gpu.sm_count),
-            &[&shape[..], &sampler[..]].concat(),
+            &[
+                Arg::P(ws.logits.ptr),
+                Arg::I(head.n as i32),
+                Arg::I(b as i32),
+                Arg::P(slots),
+                Arg::P(state.params),
+                Arg::I(j as i32 + 1),
+                Arg::P(ws.frames.ptr),
+                // the next step's input, embedded by the sampler (saves a launch per step)
+                Arg::P(cp.folded.as_ref().map_or(0, |f| f.ptr)),
+                Arg::P(cp.embeddings.ptr),
+                Arg::I(ch as i32),
+                Arg::P(ws.cp_x.ptr),
+                Arg::I(ch as i32),
+                // and its first-layer QKV row (the table, when there is one)
+                Arg::P(cp.qkv0.as_ref().map_or(0, |t| t.ptr)),
+                Arg::I(qkv_n as i32),
+                Arg::P(ws.qkv.ptr),
+                Arg::I(qkv_n as i32),
+            ],
         )?;
     }
     ws.store_frames(gpu, state.frames, slots, b)

@@ -17,7 +17,6 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../kernels/common.cuh")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("gemv_staged.cu", include_str!("../kernels/gemv_staged.cu")),
-    ("mlp_fused.cu", include_str!("../kernels/mlp_fused.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
     // after mma.cu: its fragments
     ("mma_staged.cu", include_str!("../kernels/mma_staged.cu")),
@@ -32,23 +31,9 @@ pub const SOURCES: &[(&str, &str)] = &[
         "attention_row.cu",
         include_str!("../kernels/attention_row.cu"),
     ),
-    // after attention.cu: its fused_attention_body
-    ("attention_o.cu", include_str!("../kernels/attention_o.cu")),
-    // after attention_o.cu and mlp_fused.cu: AO_PAD, mlp_row_in
-    (
-        "qkv_attention_o.cu",
-        include_str!("../kernels/qkv_attention_o.cu"),
-    ),
-    // after qkv_attention_o.cu: QAO_CS, QAO_CLUSTERS
-    (
-        "qkv_attention_o_long.cu",
-        include_str!("../kernels/qkv_attention_o_long.cu"),
-    ),
     ("embed.cu", include_str!("../kernels/embed.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
-    // after sampling.cu and mlp_fused.cu: sample_cp_row, mlp_row_in
-    ("head_sample.cu", include_str!("../kernels/head_sample.cu")),
     ("codec.cu", include_str!("../kernels/codec.cu")),
     ("codec_gemv.cu", include_str!("../kernels/codec_gemv.cu")),
     ("codec_conv.cu", include_str!("../kernels/codec_conv.cu")),

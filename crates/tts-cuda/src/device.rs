@@ -54,15 +54,6 @@ pub const KERNELS: &[&str] = &[
     "gemv_m8",
     "gemv_m1_pre",
     "gemv_staged_m1",
-    "mlp_fused_m1",
-    "mlp_stream_m1_s4",
-    "mlp_stream_m1_s8",
-    "attention_o_m1",
-    "attention_o_m1_f32",
-    "qkv_attention_o_m1",
-    "qkv_attention_o_m1_f32",
-    "qkv_attention_o_long_m1",
-    "qkv_attention_o_long_m1_f32",
     "gemv8_m1",
     "gemv8_m2",
     "mma_linear_t1",
@@ -100,36 +91,13 @@ pub const KERNELS: &[&str] = &[
     "copy_runs2",
     "sample_talker",
     "sample_cp",
-    "head_sample_cp_m1",
     "chain_link",
 ];
 
 /// The one-row kernels that stage weights in more shared memory than a launch gets
 /// without asking (48 KiB with their static memory), each with the most dynamic shared
 /// memory it may take; `Gpu::open` asks for them (with `linear::STAGED_MMA_KERNELS`).
-pub const STAGED_SMEM: &[(&str, usize)] = &[
-    ("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM),
-    ("mlp_fused_m1", crate::linear::FUSED_MLP_MAX_SMEM),
-    ("attention_o_m1", crate::stack::ATTENTION_O_MAX_SMEM),
-    ("attention_o_m1_f32", crate::stack::ATTENTION_O_MAX_SMEM),
-    ("qkv_attention_o_m1", crate::stack::QKV_ATTENTION_O_MAX_SMEM),
-    (
-        "qkv_attention_o_m1_f32",
-        crate::stack::QKV_ATTENTION_O_MAX_SMEM,
-    ),
-    (
-        "qkv_attention_o_long_m1",
-        crate::stack::QKV_ATTENTION_O_MAX_SMEM,
-    ),
-    (
-        "qkv_attention_o_long_m1_f32",
-        crate::stack::QKV_ATTENTION_O_MAX_SMEM,
-    ),
-    (
-        "head_sample_cp_m1",
-        crate::head_sample::HEAD_SAMPLE_MAX_SMEM,
-    ),
-];
+pub const STAGED_SMEM: &[(&str, usize)] = &[("gemv_staged_m1", crate::linear::STAGED_MAX_SMEM)];
 
 /// The thread-block-cluster linear kernels (`mma_cluster.cu`, sm_90 and newer); PDL-ready
 /// like `KERNELS`.

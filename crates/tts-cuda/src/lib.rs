@@ -13,7 +13,6 @@ pub mod codec;
 pub mod compile;
 pub mod device;
 pub mod error;
-pub mod head_sample;
 pub mod kernels;
 pub mod lane;
 pub mod libs;

@@ -11,7 +11,6 @@
 //! epilogue and `tile_wg.cu` can also write the next layer's split rows ([`linear_then`]:
 //! one `to_bf16_rows` launch fewer).
 
-mod mlp;
 mod norm_chain;
 mod staged;
 mod tile;
@@ -26,7 +25,6 @@ pub use crate::routing::{
     cluster_split, tile_split, wide_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
     GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
-pub use mlp::{fused_mlp, fused_mlp_call, fused_mlp_plan, FusedMlp, MlpPlan, FUSED_MLP_MAX_SMEM};
 use norm_chain::{NormChain, NormRows};
 use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
 pub use staged::{
@@ -140,10 +138,6 @@ pub struct GemmScratch {
     chain_x: DBuf<f32>,
     chain_ss: DBuf<f32>,
     norm_ready: Cell<Option<NormRows>>,
-    /// The one-row fused kernels' fixed-point sums and their blocks' arrival count
-    /// ([`GemmScratch::row_sums`]).
-    fixed_sums: DBuf<u64>,
-    fixed_arrived: DBuf<u32>,
 }
 
 /// Which rows split bf16 rows were made from: (pointer, ld, count, width, norm gain, eps),
@@ -208,38 +202,13 @@ impl GemmScratch {
                 chain_attention: true,
                 chain_tile: true,
                 chain_gemv: true,
-                fused_mlp: FusedMlp::default(),
-                fused_attention: crate::stack::FusedAttention::default(),
-                fused_head: false,
                 ..Default::default()
             },
             split_ready: Cell::new(None),
             chain_x: gpu.zeros(max_n)?,
             chain_ss: gpu.zeros(max_n.div_ceil(2))?,
             norm_ready: Cell::new(None),
-            fixed_sums: gpu.zeros(max_n)?,
-            fixed_arrived: gpu.zeros(1)?,
         })
-    }
-
-    /// The fixed-point row sums and arrival count of the one-row fused kernels
-    /// (`mlp_fused.cu`, `attention_o.cu`, `qkv_attention_o*.cu`; `common.cuh`'s
-    /// `fixed_add`; `head_sample.cu` takes the count alone): zero between launches.
-    pub(crate) fn row_sums(&self) -> (u64, u64) {
-        (self.fixed_sums.ptr, self.fixed_arrived.ptr)
-    }
-
-    /// How many values the fixed-point row sums hold (rows × width).
-    pub(crate) fn row_sums_len(&self) -> usize {
-        self.fixed_sums.len
-    }
-
-    /// Drops what an earlier call left for the next linear call: a fused launch that takes
-    /// the place of linear calls (`fused_mlp`, `stack`'s attention with the O projection)
-    /// is not that call, nor is the call after it.
-    pub(crate) fn forget_ready(&self) {
-        self.split_ready.take();
-        self.norm_ready.take();
     }
 
     /// Split-row buffer `buf` (0: `xb`, 1: `xb_alt`).
@@ -661,7 +630,7 @@ pub fn gemv_rows(
 
 /// How many warps of a GEMV (`gemv.cu`, `gemv_staged.cu`) share one output row's K: more
 /// when the layer has few rows, so it still fills the GPU.
-fn gemv_ksplit(n: usize) -> usize {
+pub fn gemv_ksplit(n: usize) -> usize {
     match n {
         n if n >= 4096 => 1,
         n if n >= 2048 => 2,

@@ -83,8 +83,8 @@ mod tests {
 ptxas info    : 0 bytes gmem
 ptxas info    : Function properties for _Z12cp_loop_bodyIfEvPKyi
 ptxas         .     0 bytes stack frame, 392 bytes spill stores, 956 bytes spill loads
-ptxas info    : Compiling entry function 'attention_o_m1' for 'sm_90'
-ptxas info    : Function properties for attention_o_m1
+ptxas info    : Compiling entry function 'gemv_staged_m1' for 'sm_90'
+ptxas info    : Function properties for gemv_staged_m1
 ptxas         .     32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 62 registers, used 1 barriers, 32 bytes cumulative stack size, 1280 bytes smem
 ptxas info    : Compiling entry function 'gemv_m2' for 'sm_90'
@@ -104,7 +104,7 @@ ptxas info    : Used 80 registers, used 1 barriers, 16 bytes cumulative stack si
                 spill_loads: 956,
             },
             KernelResources {
-                name: "attention_o_m1".into(),
+                name: "gemv_staged_m1".into(),
                 entry: true,
                 registers: 62,
                 smem: 1280,

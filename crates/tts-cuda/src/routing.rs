@@ -168,14 +168,6 @@ pub struct LinearPaths {
     /// A one-row GEMV writes the next one-row GEMV's input with that layer's norm gains
     /// applied and the row's Σ x² partials (`linear::norm_chain`).
     pub chain_gemv: bool,
-    /// Which one-row MLPs run as one launch (`linear::fused_mlp`, `CudaOptions::fused_mlp`).
-    pub fused_mlp: crate::linear::FusedMlp,
-    /// Which steps of staged stage calls over short caches run their attention with its
-    /// neighbours in one launch (`stack::FusedAttention`, `CudaOptions::fused_attention`).
-    pub fused_attention: crate::stack::FusedAttention,
-    /// One-row code-predictor steps end with their head and sampler in one launch
-    /// (`head_sample`, `CudaOptions::fused_head`).
-    pub fused_head: bool,
     /// Whether the code predictor's short-cache attention takes one block per kv-head
     /// group instead of one per q head: always / never (parity tests, benchmarks), else
     /// when the per-head grid exceeds one wave (`stack::short_attention_by_group`).

@@ -1,30 +1,13 @@
 //! One decoder stack on the GPU (talker or code predictor), as a sequence of launches:
 //! per layer QKV GEMV (RMSNorm fused) -> QK-norm/RoPE/KV write + attention -> O GEMV
-//! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual). Where
-//! asked for (off by default), a code-predictor step's attention and O projection run as
-//! one launch (`attention_o`); a one-row step's QKV projection, attention and O projection
-//! as one (`qkv_attention_o`, a thread-block cluster per head: the code predictor's short
-//! caches and the talker's long ones); and a single row's gate/up and down as one
-//! (`linear::fused_mlp`).
+//! (+residual) -> gate/up GEMV (RMSNorm + SwiGLU fused) -> down GEMV (+residual).
 //! Pure enqueueing: no allocation and no host sync, so it can be graph-captured.
-
-mod attention_o;
-mod fused_attention;
-mod qkv_attention_o;
 
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
-use crate::linear::{fused_mlp, fused_mlp_call, linear, linear_then, Act, NextLinear, Rows};
-use crate::weights::{DevLayer, DevStack};
+use crate::linear::{linear, linear_then, Act, NextLinear, Rows};
+use crate::weights::DevStack;
 use crate::workspace::Workspace;
-use attention_o::{attention_o, attention_o_call};
-pub use attention_o::{attention_o_plan, AoPlan, ATTENTION_O_MAX_SMEM};
-pub use fused_attention::FusedAttention;
-use qkv_attention_o::{qkv_attention_o, qkv_attention_o_call};
-pub use qkv_attention_o::{
-    qkv_attention_o_fits, qkv_attention_o_plan, HalfKind, QaoPlan, QKV_ATTENTION_O_CLUSTER,
-    QKV_ATTENTION_O_MAX_SMEM,
-};
 
 /// Most cached positions `fused_attention_short` holds in shared memory (`FA_SPOS` in
 /// attention.cu).
@@ -82,27 +65,6 @@ pub fn run_layers(
     let layer_bytes = (kv.rows * kv.max_pos * kvd * ws.kv_elem) as u64;
     let f32_kv = ws.kv_elem == 4;
     let by_group = short_attention_by_group(gpu, ws, s, tok, kv, mode)?;
-    // steps over caches held in shared memory may run their attention with its neighbours
-    // in one launch: layer l's QKV projection too, unless the caller gave its QKV rows
-    let short_rows = mode == (Attention::Fused { tokens_per_row: 1 })
-        && kv.max_pos <= SHORT_CACHE_POSITIONS
-        && !by_group;
-    // ... over long caches (one-row talker steps), the whole attention half
-    let long_rows =
-        mode == (Attention::Fused { tokens_per_row: 1 }) && kv.max_pos > SHORT_CACHE_POSITIONS;
-    let kind = if long_rows {
-        HalfKind::Long
-    } else {
-        HalfKind::Short
-    };
-    let with_qkv = |l: usize| {
-        let layer = s.layers.get(l)?;
-        ((short_rows || long_rows) && !(l == 0 && qkv_given))
-            .then(|| {
-                qkv_attention_o_call(gpu, &ws.scratch, (&layer.qkv, &layer.o), (d, kind), tok.n)
-            })
-            .flatten()
-    };
     for (l, layer) in s.layers.iter().enumerate() {
         let (kc, vc) = (kv.k + l as u64 * layer_bytes, kv.v + l as u64 * layer_bytes);
         let x = Rows {
@@ -110,8 +72,7 @@ pub fn run_layers(
             ld: h,
             count: tok.n,
         };
-        let whole = with_qkv(l);
-        if !(l == 0 && qkv_given) && whole.is_none() {
+        if !(l == 0 && qkv_given) {
             linear(
                 gpu,
                 &layer.qkv,
@@ -140,84 +101,130 @@ pub fn run_layers(
             Arg::P(vc),
             Arg::I(kv.max_pos as i32),
         ];
-        // Each of the next calls is told which layer reads its output next, so a cuBLAS
-        // epilogue or a tile_wg.cu call can write that layer's split input rows
+        // the O projection's input, which the attention kernels may also write as its split
+        // bf16 rows (`GemmScratch::split_target`)
+        let a = Rows {
+            ptr: ws.attn.ptr,
+            ld: qd,
+            count: tok.n,
+        };
+        let whole_rows = match mode {
+            Attention::Fused { tokens_per_row } => tok.n.is_multiple_of(tokens_per_row),
+            Attention::Split => true,
+        };
+        let xb = ws
+            .scratch
+            .split_target(gpu, a, layer.o.n, qd)
+            .filter(|_| whole_rows);
+        let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
+        match mode {
+            Attention::Split => {
+                gpu.launch(
+                    if f32_kv {
+                        "qk_norm_rope_kv_f32"
+                    } else {
+                        "qk_norm_rope_kv"
+                    },
+                    (tok.n as u32, 1, 1),
+                    128,
+                    &[
+                        &[Arg::P(ws.qkv.ptr), Arg::I(ldq as i32), Arg::I(tok.n as i32)],
+                        &norm_rope_kv[..],
+                    ]
+                    .concat(),
+                )?;
+                let by_row = ws.scratch.paths.row_attention_split && row_attention_fits(d.head_dim);
+                gpu.launch(
+                    match (by_row, f32_kv) {
+                        (true, true) => "row_attention_split_f32",
+                        (true, false) => "row_attention_split",
+                        (false, true) => "decode_attention_f32",
+                        (false, false) => "decode_attention",
+                    },
+                    (d.heads as u32, tok.n as u32, 1),
+                    128,
+                    &[
+                        Arg::P(ws.qkv.ptr),
+                        Arg::I(ldq as i32),
+                        Arg::I(tok.n as i32),
+                        Arg::P(tok.slots),
+                        Arg::P(tok.positions),
+                        Arg::P(kc),
+                        Arg::P(vc),
+                        Arg::I(kv.max_pos as i32),
+                        Arg::I(d.heads as i32),
+                        Arg::I(d.kv_heads as i32),
+                        Arg::I(d.head_dim as i32),
+                        Arg::I(0),
+                        Arg::P(ws.attn.ptr),
+                        Arg::I(qd as i32),
+                        split_out[0],
+                        split_out[1],
+                    ],
+                )?;
+            }
+            Attention::Fused { tokens_per_row } => {
+                let rows = tok.n / tokens_per_row;
+                // a cache short enough to sit in shared memory (the code predictor's)
+                let short = kv.max_pos <= SHORT_CACHE_POSITIONS;
+                let by_row = !short
+                    && tokens_per_row == 1
+                    && rows <= ws.scratch.paths.row_attention_rows
+                    && row_attention_fits(d.head_dim);
+                gpu.launch(
+                    match (short, by_group, by_row, f32_kv) {
+                        (true, true, _, true) => "fused_attention_short_group_f32",
+                        (true, true, _, false) => "fused_attention_short_group",
+                        (true, false, _, true) => "fused_attention_short_f32",
+                        (true, false, _, false) => "fused_attention_short",
+                        (false, _, true, true) => "row_attention_f32",
+                        (false, _, true, false) => "row_attention",
+                        (false, _, false, true) => "fused_attention_f32",
+                        (false, _, false, false) => "fused_attention",
+                    },
+                    (
+                        if by_group { d.kv_heads } else { d.heads } as u32,
+                        rows as u32,
+                        1,
+                    ),
+                    128,
+                    &[
+                        &[
+                            Arg::P(ws.qkv.ptr),
+                            Arg::I(ldq as i32),
+                            Arg::I(rows as i32),
+                            Arg::I(tokens_per_row as i32),
+                        ],
+                        &norm_rope_kv[..],
+                        &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
+                        &split_out[..],
+                    ]
+                    .concat(),
+                )?;
+            }
+        }
+        if xb.is_some() {
+            ws.scratch.split_written(a, qd);
+        }
+        // Each of the next three calls is told which layer reads its output next, so a
+        // cuBLAS epilogue or a tile_wg.cu call can write that layer's split input rows
         // (`linear_then`).
         let post_norm = Some((layer.post_norm.ptr, d.rms_eps));
-        // (none where the next layer's attention half is one launch: that kernel reads
-        // cache rows before its wait, so the launch before it must not let it start early)
-        let next_qkv = match s.layers.get(l + 1) {
-            Some(_) if with_qkv(l + 1).is_some() => None,
-            Some(nl) => Some(NextLinear {
-                n: nl.qkv.n,
-                norm: Some((nl.input_norm.ptr, d.rms_eps)),
+        linear_then(
+            gpu,
+            &layer.o,
+            a,
+            None,
+            Act::None,
+            Some((tok.x, h)),
+            tok.x,
+            h,
+            &ws.scratch,
+            Some(NextLinear {
+                n: layer.gate_up.n,
+                norm: post_norm,
             }),
-            None => then,
-        };
-        // one launch for gate/up and down where it takes the row (`linear::fused_mlp`)
-        let mlp = (&layer.gate_up, &layer.down);
-        let fused = fused_mlp_call(gpu, &ws.scratch, mlp, x);
-        // one launch for the attention and the O projection where it takes the rows
-        let with_o = (short_rows && whole.is_none())
-            .then(|| attention_o_call(gpu, &ws.scratch, &layer.o, d, tok.n))
-            .flatten();
-        if let Some(plan) = whole {
-            // its successor (gate/up, or the whole MLP) reads only weights before its wait
-            qkv_attention_o(
-                gpu,
-                &ws.scratch,
-                (&layer.qkv, &layer.o, d, plan),
-                layer.input_norm.ptr,
-                &norm_rope_kv,
-                f32_kv,
-                tok.x,
-                true,
-            )?;
-        } else if let Some(plan) = with_o {
-            let qkv = (ws.qkv.ptr, ldq);
-            attention_o(
-                gpu,
-                &ws.scratch,
-                qkv,
-                &norm_rope_kv,
-                (&layer.o, d, plan),
-                f32_kv,
-                (tok.x, h, tok.n),
-            )?;
-        } else {
-            let cache = (kv, (kc, vc));
-            let a = attend(
-                gpu,
-                s,
-                ws,
-                tok,
-                cache,
-                (mode, by_group),
-                layer,
-                &norm_rope_kv,
-            )?;
-            linear_then(
-                gpu,
-                &layer.o,
-                a,
-                None,
-                Act::None,
-                Some((tok.x, h)),
-                tok.x,
-                h,
-                &ws.scratch,
-                Some(NextLinear {
-                    n: layer.gate_up.n,
-                    // the fused MLP norms its own row
-                    norm: post_norm.filter(|_| fused.is_none()),
-                }),
-            )?;
-        }
-        if let Some(plan) = fused {
-            let norm = (layer.post_norm.ptr, d.rms_eps);
-            fused_mlp(gpu, &ws.scratch, mlp, x, norm, plan, next_qkv.is_some())?;
-            continue;
-        }
+        )?;
         linear_then(
             gpu,
             &layer.gate_up,
@@ -238,6 +245,13 @@ pub fn run_layers(
             ld: d.intermediate,
             count: tok.n,
         };
+        let next_qkv = match s.layers.get(l + 1) {
+            Some(nl) => Some(NextLinear {
+                n: nl.qkv.n,
+                norm: Some((nl.input_norm.ptr, d.rms_eps)),
+            }),
+            None => then,
+        };
         linear_then(
             gpu,
             &layer.down,
@@ -252,133 +266,6 @@ pub fn run_layers(
         )?;
     }
     Ok(())
-}
-
-/// The attention of `tok` over this layer's cache on its own kernels (QK-norm/RoPE/KV
-/// write, then attention; or one fused kernel), into `ws.attn`: the O projection's input
-/// rows, returned. `(kc, vc)`: this layer's caches; `norm_rope_kv` as `run_layers`
-/// builds it.
-#[allow(clippy::too_many_arguments)]
-fn attend(
-    gpu: &Gpu,
-    s: &DevStack,
-    ws: &Workspace,
-    tok: Tokens,
-    (kv, (kc, vc)): (Kv, (u64, u64)),
-    (mode, by_group): (Attention, bool),
-    layer: &DevLayer,
-    norm_rope_kv: &[Arg],
-) -> Result<Rows, CudaError> {
-    let d = &s.dims;
-    let (qd, kvd) = (d.q_dim(), d.kv_dim());
-    let ldq = qd + 2 * kvd;
-    let f32_kv = ws.kv_elem == 4;
-    // the O projection's input, which the attention kernels may also write as its split
-    // bf16 rows (`GemmScratch::split_target`)
-    let a = Rows {
-        ptr: ws.attn.ptr,
-        ld: qd,
-        count: tok.n,
-    };
-    let whole_rows = match mode {
-        Attention::Fused { tokens_per_row } => tok.n.is_multiple_of(tokens_per_row),
-        Attention::Split => true,
-    };
-    let xb = ws
-        .scratch
-        .split_target(gpu, a, layer.o.n, qd)
-        .filter(|_| whole_rows);
-    let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
-    match mode {
-        Attention::Split => {
-            gpu.launch(
-                if f32_kv {
-                    "qk_norm_rope_kv_f32"
-                } else {
-                    "qk_norm_rope_kv"
-                },
-                (tok.n as u32, 1, 1),
-                128,
-                &[
-                    &[Arg::P(ws.qkv.ptr), Arg::I(ldq as i32), Arg::I(tok.n as i32)],
-                    norm_rope_kv,
-                ]
-                .concat(),
-            )?;
-            let by_row = ws.scratch.paths.row_attention_split && row_attention_fits(d.head_dim);
-            gpu.launch(
-                match (by_row, f32_kv) {
-                    (true, true) => "row_attention_split_f32",
-                    (true, false) => "row_attention_split",
-                    (false, true) => "decode_attention_f32",
-                    (false, false) => "decode_attention",
-                },
-                (d.heads as u32, tok.n as u32, 1),
-                128,
-                &[
-                    Arg::P(ws.qkv.ptr),
-                    Arg::I(ldq as i32),
-                    Arg::I(tok.n as i32),
-                    Arg::P(tok.slots),
-                    Arg::P(tok.positions),
-                    Arg::P(kc),
-                    Arg::P(vc),
-                    Arg::I(kv.max_pos as i32),
-                    Arg::I(d.heads as i32),
-                    Arg::I(d.kv_heads as i32),
-                    Arg::I(d.head_dim as i32),
-                    Arg::I(0),
-                    Arg::P(ws.attn.ptr),
-                    Arg::I(qd as i32),
-                    split_out[0],
-                    split_out[1],
-                ],
-            )?;
-        }
-        Attention::Fused { tokens_per_row } => {
-            let rows = tok.n / tokens_per_row;
-            // a cache short enough to sit in shared memory (the code predictor's)
-            let short = kv.max_pos <= SHORT_CACHE_POSITIONS;
-            let by_row = !short
-                && tokens_per_row == 1
-                && rows <= ws.scratch.paths.row_attention_rows
-                && row_attention_fits(d.head_dim);
-            gpu.launch(
-                match (short, by_group, by_row, f32_kv) {
-                    (true, true, _, true) => "fused_attention_short_group_f32",
-                    (true, true, _, false) => "fused_attention_short_group",
-                    (true, false, _, true) => "fused_attention_short_f32",
-                    (true, false, _, false) => "fused_attention_short",
-                    (false, _, true, true) => "row_attention_f32",
-                    (false, _, true, false) => "row_attention",
-                    (false, _, false, true) => "fused_attention_f32",
-                    (false, _, false, false) => "fused_attention",
-                },
-                (
-                    if by_group { d.kv_heads } else { d.heads } as u32,
-                    rows as u32,
-                    1,
-                ),
-                128,
-                &[
-                    &[
-                        Arg::P(ws.qkv.ptr),
-                        Arg::I(ldq as i32),
-                        Arg::I(rows as i32),
-                        Arg::I(tokens_per_row as i32),
-                    ],
-                    norm_rope_kv,
-                    &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
-                    &split_out[..],
-                ]
-                .concat(),
-            )?;
-        }
-    }
-    if xb.is_some() {
-        ws.scratch.split_written(a, qd);
-    }
-    Ok(a)
 }
 
 /// Whether `attention_row.cu` takes heads of `head_dim`: 8 dims per lane, a power-of-two

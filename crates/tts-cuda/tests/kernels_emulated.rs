@@ -127,163 +127,45 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) {
     );
 }
 
-/// `mlp_fused_m1` and the stream kernels on the plans of the code predictor's MLP (1024 ×
-/// 3072, also the 0.6B talker's: staged, or streamed with its gate/up rows asked into L2)
-/// and the 1.7B talker's (2048 × 6144, streamed), and on a smaller machine's plan (fewer,
-/// wider slices).
+/// `gemv_staged_m1`, the code predictor's one-row linear layers on the GPU's default path,
+/// on the plans `linear::staged_plan` gives the 1.7B's shapes on the H200: QKV and the head
+/// with the fused RMSNorm, O and down adding the residual, gate/up with the norm and
+/// SwiGLU pairs; an odd shape on a smaller machine (a block whose last pair lacks its
+/// partner, K not a multiple of 256, bias, SiLU); and a padding call (nothing written).
 #[test]
-fn fused_mlp_kernels_match_the_reference() {
+fn staged_gemv_matches_the_reference() {
     let mut args = Vec::new();
-    let mut case = |hidden: usize, inter: usize, sms: usize, staged: bool| {
-        let plan = tts_cuda::linear::fused_mlp_plan(hidden, inter, sms, staged)
-            .unwrap_or_else(|| panic!("{hidden}x{inter} on {sms} SMs fits"));
-        let (kernel, prefetch) = plan.kernel(hidden);
-        args.extend([
-            kernel.to_string(),
-            hidden.to_string(),
-            inter.to_string(),
-            plan.cols_per_block.to_string(),
-            plan.smem.to_string(),
-            u8::from(prefetch).to_string(),
-        ]);
+    let mut case = |(n, k): (usize, usize), sms: usize, act: usize, flags: [bool; 3], valid| {
+        let plan = tts_cuda::linear::staged_plan(n, k, sms)
+            .unwrap_or_else(|| panic!("{n}x{k} on {sms} SMs fits"));
+        let [norm, bias, res] = flags.map(usize::from);
+        let fields = [
+            n,
+            k,
+            plan.rows_per_block,
+            plan.blocks,
+            plan.smem,
+            tts_cuda::linear::gemv_ksplit(n),
+            act,
+            norm,
+            bias,
+            res,
+            valid,
+        ];
+        args.extend(fields.map(|v| v.to_string()));
     };
-    case(1024, 3072, H200_SMS, true);
-    case(1024, 3072, H200_SMS, false);
-    case(2048, 6144, H200_SMS, false);
-    case(512, 1536, 32, true);
+    let (norm, plain, residual) = ([true, false, false], [false; 3], [false, false, true]);
+    case((4096, 1024), H200_SMS, 0, norm, 1);
+    case((1024, 2048), H200_SMS, 0, residual, 1);
+    case((6144, 1024), H200_SMS, 2, norm, 1);
+    case((1024, 3072), H200_SMS, 0, residual, 1);
+    case((2048, 1024), H200_SMS, 0, norm, 1);
+    case((301, 264), 32, 1, [true, true, true], 1);
+    case((1024, 2048), H200_SMS, 0, plain, 0);
     run_emulated(
-        "fused_mlp_kernels_match_the_reference",
-        "mlp_fused.cpp",
-        &["mlp_fused.cu"],
-        &args,
-    );
-}
-
-/// `attention_o_m1` (bf16 cache) and `attention_o_m1_f32` on the plan of the 1.7B code
-/// predictor (16 heads of 128 over 8 kv heads, 1024 wide: 8 chunks of 128 O rows) at 1 and
-/// 3 rows (the second padding), and on a small stack's (4 heads of 32 over 2, 256 wide).
-#[test]
-fn attention_o_kernels_match_the_reference() {
-    let mut args = Vec::new();
-    let mut case =
-        |kv: &str, (heads, kvh, hd, hidden): (usize, usize, usize, usize), rows: usize| {
-            let plan = tts_cuda::stack::attention_o_plan(hidden, heads, hd, H200_SMS)
-                .unwrap_or_else(|| panic!("{heads}x{hd} -> {hidden} fits"));
-            args.extend([
-                kv.to_string(),
-                heads.to_string(),
-                kvh.to_string(),
-                hd.to_string(),
-                hidden.to_string(),
-                plan.chunks.to_string(),
-                plan.rows.to_string(),
-                plan.smem.to_string(),
-                rows.to_string(),
-            ]);
-        };
-    case("bf16", (16, 8, 128, 1024), 1);
-    case("bf16", (16, 8, 128, 1024), 3);
-    case("f32", (16, 8, 128, 1024), 3);
-    case("bf16", (4, 2, 32, 256), 4);
-    run_emulated(
-        "attention_o_kernels_match_the_reference",
-        "attention_o.cpp",
-        &["attention.cu", "attention_o.cu"],
-        &args,
-    );
-}
-
-/// The one-row attention halves on the backend's plans: `qkv_attention_o_m1` (bf16 cache)
-/// and `_f32` for the 1.7B code predictor (16 heads of 128 over 8 kv heads, 1024 wide:
-/// clusters of 8 blocks of 48 QKV rows) at the first and the last held position and for a
-/// padding row, and for a small stack (4 heads of 32 over 2, 256 wide);
-/// `qkv_attention_o_long_m1` and `_f32` for the 1.7B talker (2048 wide) over a 300-position
-/// cache: at the first position (one block's share), past the cluster's first tile of
-/// shares, at the last, and for a padding row; and for a 512-wide stack.
-#[test]
-fn qkv_attention_o_kernels_match_the_reference() {
-    use tts_cuda::stack::HalfKind;
-    let mut args = Vec::new();
-    let mut case = |kind: HalfKind,
-                    kv: &str,
-                    (heads, kvh, hd, hidden): (usize, usize, usize, usize),
-                    (slot, pos, max_pos): (i32, usize, usize)| {
-        let plan = tts_cuda::stack::qkv_attention_o_plan(kind, hidden, (heads, kvh, hd))
-            .unwrap_or_else(|| panic!("{kind:?} {heads}x{hd} -> {hidden} fits"));
-        let kind = if kind == HalfKind::Long {
-            "long"
-        } else {
-            "short"
-        };
-        args.extend([
-            kind.to_string(),
-            kv.to_string(),
-            heads.to_string(),
-            kvh.to_string(),
-            hd.to_string(),
-            hidden.to_string(),
-            plan.smem.to_string(),
-            slot.to_string(),
-            pos.to_string(),
-            max_pos.to_string(),
-        ]);
-    };
-    let (cp, talker) = ((16, 8, 128, 1024), (16, 8, 128, 2048));
-    case(HalfKind::Short, "bf16", cp, (2, 6, 16));
-    case(HalfKind::Short, "bf16", cp, (0, 15, 16));
-    case(HalfKind::Short, "f32", cp, (1, 0, 16));
-    case(HalfKind::Short, "bf16", cp, (-1, 3, 16));
-    case(HalfKind::Short, "bf16", (4, 2, 32, 256), (1, 9, 16));
-    case(HalfKind::Long, "bf16", talker, (1, 0, 300));
-    case(HalfKind::Long, "bf16", talker, (2, 137, 300));
-    case(HalfKind::Long, "f32", talker, (0, 299, 300));
-    case(HalfKind::Long, "bf16", talker, (-1, 40, 300));
-    case(HalfKind::Long, "bf16", (4, 2, 128, 512), (1, 21, 64));
-    run_emulated(
-        "qkv_attention_o_kernels_match_the_reference",
-        "qkv_attention_o.cpp",
-        &[
-            "mlp_fused.cu",
-            "attention.cu",
-            "attention_o.cu",
-            "qkv_attention_o.cu",
-            "qkv_attention_o_long.cu",
-        ],
-        &args,
-    );
-}
-
-/// `head_sample_cp_m1` on the plan of the 1.7B code predictor's heads (2048 × 1024: 128
-/// blocks of 16 rows) and of an odd shape (300 × 256: 100 blocks of 3), greedy and
-/// sampled, at a middle step (the next step's rows written) and the last, and for a
-/// padding row: its logits against an f64 reference, its choice and writes against
-/// `sample_cp` on the same logits.
-#[test]
-fn head_sample_kernel_matches_the_separate_sampler() {
-    let mut args = Vec::new();
-    let mut case = |(vocab, hidden): (usize, usize), step: usize, sample: bool, slot: i32| {
-        let plan = tts_cuda::head_sample::head_sample_plan(vocab, hidden, H200_SMS)
-            .unwrap_or_else(|| panic!("{vocab}x{hidden} fits"));
-        args.extend([
-            vocab.to_string(),
-            hidden.to_string(),
-            plan.rows_per_block.to_string(),
-            plan.smem.to_string(),
-            step.to_string(),
-            u8::from(sample).to_string(),
-            slot.to_string(),
-        ]);
-    };
-    let cp = (2048, 1024);
-    case(cp, 3, false, 1);
-    case(cp, 3, true, 1);
-    case(cp, 15, true, 0);
-    case(cp, 7, true, -1);
-    case((300, 256), 2, true, 1);
-    run_emulated(
-        "head_sample_kernel_matches_the_separate_sampler",
-        "head_sample.cpp",
-        &["mlp_fused.cu", "sampling.cu", "head_sample.cu"],
+        "staged_gemv_matches_the_reference",
+        "gemv_staged.cpp",
+        &["gemv_staged.cu"],
         &args,
     );
 }

@@ -104,19 +104,6 @@ pub fn create_cuda(
         chain_tile: on_unless_zero("QWEN3_TTS_CHAIN_TILE"),
         // a one-row GEMV writes the next normed one's input rows (0: each norms its own)
         chain_gemv: on_unless_zero("QWEN3_TTS_CHAIN_GEMV"),
-        // which one-row MLPs run in one launch: 0, staged (code predictor), stream (talker), 1
-        fused_mlp: parsed_knob(
-            "QWEN3_TTS_FUSED_MLP",
-            tts_cuda::CudaOptions::default().fused_mlp,
-        )?,
-        // a code-predictor step's attention with its neighbours in one launch: 0 (apart),
-        // o (with the O projection), qkv (at one row with the QKV projection too)
-        fused_attention: parsed_knob(
-            "QWEN3_TTS_FUSED_ATTENTION",
-            tts_cuda::CudaOptions::default().fused_attention,
-        )?,
-        // a one-row code-predictor step's head and sampler in one launch (0: apart)
-        fused_head: std::env::var("QWEN3_TTS_FUSED_HEAD").is_ok_and(|v| v == "1"),
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

@@ -89,23 +89,6 @@ pub struct CudaOptions {
     /// product loop (the talker step's O -> gate/up and down -> next QKV;
     /// `linear::norm_chain`). Off: each norms its own input.
     pub chain_gemv: bool,
-    /// Which one-row MLPs run as one launch, gate/up and down fused (`mlp_fused.cu`, where
-    /// the shapes fit): those of stage calls that stage their weights (`staged_gemv`: the
-    /// code predictor's steps by default; its slices in shared memory), the others (the
-    /// talker's steps; its slices streamed). Not fused (the default until measured on the
-    /// H200): gate/up then down.
-    pub fused_mlp: crate::linear::FusedMlp,
-    /// Steps of staged stage calls over caches held in shared memory (the code
-    /// predictor's) that run their attention with its neighbours in one launch: with the
-    /// O projection at 1-4 rows (`attention_o.cu`), and with the QKV projection too at one
-    /// row (`qkv_attention_o.cu`, thread-block clusters). Neither (the default until
-    /// measured on the H200): the QKV projection, the short-cache attention kernel, then
-    /// the O projection.
-    pub fused_attention: crate::stack::FusedAttention,
-    /// A one-row code-predictor step ends with its head and sampler in one launch
-    /// (`head_sample.cu`: the head's blocks write the logits, the last one samples). Off
-    /// (the default until measured on the H200): the head's GEMV, then `sample_cp`.
-    pub fused_head: bool,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -296,9 +279,6 @@ impl Default for CudaOptions {
             chain_attention: true,
             chain_tile: true,
             chain_gemv: true,
-            fused_mlp: crate::linear::FusedMlp::default(),
-            fused_attention: crate::stack::FusedAttention::default(),
-            fused_head: false,
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use tts_model::backend::BackendInfo;
-use tts_model::config::StackDims;
 use tts_model::Model;
 
 use super::{Codec, CudaBackend, CudaOptions, GraphKind};
@@ -48,12 +47,7 @@ fn open_gpu(opts: &CudaOptions) -> Result<Gpu, CudaError> {
 }
 
 /// The linear and attention paths `opts` allows (each on where the device takes it).
-fn choose_paths(
-    gpu: &Gpu,
-    ws: &mut Workspace,
-    opts: &CudaOptions,
-    (talker, cp): (&StackDims, &StackDims),
-) {
+fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     let paths = &mut ws.scratch.paths;
     paths.cluster &= opts.cluster_linear;
     paths.tile &= opts.tile_linear;
@@ -63,14 +57,6 @@ fn choose_paths(
     paths.chain_attention = opts.chain_attention;
     paths.chain_tile = opts.chain_tile;
     paths.chain_gemv = opts.chain_gemv;
-    paths.fused_mlp = opts.fused_mlp;
-    paths.fused_attention = opts.fused_attention;
-    paths.fused_head = opts.fused_head;
-    // the one-launch attention halves only where every head's cluster fits at once
-    use crate::stack::{qkv_attention_o_fits, HalfKind};
-    let fused = &mut paths.fused_attention;
-    fused.with_qkv = fused.with_qkv && qkv_attention_o_fits(gpu, cp, HalfKind::Short);
-    fused.talker = fused.talker && qkv_attention_o_fits(gpu, talker, HalfKind::Long);
     paths.group_attention = opts.group_attention;
     paths.row_attention_rows = opts.row_attention_rows;
     paths.row_attention_split = opts.row_attention_split;
@@ -249,7 +235,7 @@ impl CudaBackend {
             );
         }
         let mut ws = Workspace::new(&gpu, &model.config, opts.limits)?;
-        choose_paths(&gpu, &mut ws, &opts, (&talker.stack.dims, &cp.stack.dims));
+        choose_paths(&mut ws, &opts);
         let (cp_loop, talker_layers) = persistent_kernels(&gpu, (&talker, &cp), &ws, &opts)?;
         let layers = tuning_layers(&talker, &cp);
         let lt_tuning = tune_lt(&gpu, &layers, &ws, &opts)?;

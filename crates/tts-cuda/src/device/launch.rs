@@ -39,26 +39,6 @@ impl Gpu {
             .occupancy_max_active_blocks_per_multiprocessor(block, smem, None)?)
     }
 
-    /// How many clusters of `name` (a kernel with its own cluster size,
-    /// `__cluster_dims__`) of `block`-thread blocks with `smem` bytes of dynamic shared
-    /// memory each can run on the device at once.
-    pub fn max_active_clusters(
-        &self,
-        name: &'static str,
-        grid: (u32, u32, u32),
-        block: u32,
-        smem: usize,
-    ) -> Result<u32, CudaError> {
-        let config = cudarc::driver::LaunchConfig {
-            grid_dim: grid,
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: smem as u32,
-        };
-        Ok(self
-            .func(name)?
-            .occupancy_max_active_clusters(config, &self.stream)?)
-    }
-
     /// Lets `name` take up to `bytes` of dynamic shared memory per block (above 48 KiB
     /// this must be asked for before the launch).
     pub fn allow_dynamic_smem(&self, name: &'static str, bytes: usize) -> Result<(), CudaError> {

@@ -90,12 +90,4 @@ inline bool expect(bool cond, const std::string& what) {
     return cond;
 }
 
-// A fused kernel's fixed-point sums and arrival count are all zero again after a launch.
-inline bool sums_reset(const std::string& name, const std::vector<unsigned long long>& sums,
-                       unsigned arrived) {
-    bool zero = arrived == 0;
-    for (auto s : sums) zero &= s == 0;
-    return expect(zero, name + ": the sums and the arrival count are zero again");
-}
-
 }  // namespace check

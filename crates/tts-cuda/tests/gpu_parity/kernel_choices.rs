@@ -1,6 +1,6 @@
 //! Whole stage calls on each kernel choice against the path it replaces: chained split
 //! rows, tile chains, row and grouped attention, the GEMV's norm chain, the code
-//! predictor's QKV table, the staged GEMV and MMA, the fused MLP.
+//! predictor's QKV table, the staged GEMV and MMA.
 
 use super::*;
 use crate::lock_step::*;
@@ -158,159 +158,6 @@ fn gemv_norm_chain_matches_the_fused_norm() {
     }
 }
 
-/// One-row stage calls with their MLPs in one launch (`CudaOptions::fused_mlp`: the code
-/// predictor's steps on `mlp_fused_m1` or, `all-stream`, on the stream kernel, and the
-/// talker's on the stream kernel)
-/// compute what gate/up then down compute: one request, f32 caches, identical sampled
-/// codes for 6 frames and last-head logits within 1e-4, on the full-size 1.7B geometry
-/// (the demo model's shapes do not fit the kernels: both runs take the same path there).
-#[test]
-fn fused_mlp_stages_match_the_separate_gemvs() {
-    let test = "fused_mlp_stages_match_the_separate_gemvs";
-    let opts = |fused: &str| CudaOptions {
-        fused_mlp: fused.parse().unwrap(),
-        ..options(true)
-    };
-    for name in models_to_check() {
-        let model = Model::load(name, LoadOptions::default()).unwrap();
-        let prompts = many_prompts(&model, 1, 2, |_| {
-            "One request, its MLPs in one launch a layer.".to_string()
-        });
-        let seeds = [331u64];
-        let Some(apart) = lock_step_on(&model, test, opts("0"), &prompts, &seeds, 6) else {
-            return;
-        };
-        for fused in ["staged", "1", "all-stream"] {
-            let run = lock_step_on(&model, test, opts(fused), &prompts, &seeds, 6).unwrap();
-            let what = format!("fused MLP {fused}");
-            let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
-            eprintln!("{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}");
-        }
-    }
-}
-
-/// Steps of 1 and 3 rows (the 4-row bucket: a padding row) with their attention fused
-/// with its neighbours (`CudaOptions::fused_attention`): `o`, the code predictor's
-/// attention and O projection in one launch (`attention_o.cu`, the O projection split by
-/// head and summed in fixed point); `qkv`, at one row the QKV projection too
-/// (`qkv_attention_o.cu`, a cluster per head; 3 rows as `o`); `all`, the one-row talker
-/// steps' too (`qkv_attention_o_long.cu`, the positions split across the cluster) compute
-/// what the QKV projection, the attention kernel and the O projection compute: identical
-/// sampled codes for 6 frames and last-head logits within 1e-4, with f32 caches and with
-/// the production bf16 ones (its own kernel for each), on the demo model and the
-/// full-size 1.7B geometry. On an sm_90 device the 1.7B's one-row steps must take the
-/// cluster kernels (every head's cluster fits at once), or the `qkv` and `all` runs would
-/// only repeat `o`.
-#[test]
-fn fused_attention_stages_match_the_separate_kernels() {
-    let test = "fused_attention_stages_match_the_separate_kernels";
-    let opts = |exact, fused: &str| CudaOptions {
-        fused_attention: fused.parse().unwrap(),
-        ..options(exact)
-    };
-    for name in models_to_check() {
-        let model = Model::load(name, LoadOptions::default()).unwrap();
-        if name != "demo" {
-            assert_cluster_kernel_fits(test, &model);
-        }
-        for rows in [1usize, 3] {
-            let prompts = many_prompts(&model, rows, 2, |i| {
-                format!("Request {i}, its code predictor attending and projecting at once.")
-            });
-            let seeds: Vec<u64> = (0..rows as u64).map(|i| 332 + i).collect();
-            for (caches, exact) in [("f32", true), ("bf16", false)] {
-                let Some(apart) = lock_step_on(&model, test, opts(exact, "0"), &prompts, &seeds, 6)
-                else {
-                    return;
-                };
-                for fused in ["o", "qkv", "all"] {
-                    let run = lock_step_on(&model, test, opts(exact, fused), &prompts, &seeds, 6)
-                        .unwrap();
-                    let what = format!("fused attention {fused}, {rows} rows, {caches} caches");
-                    let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
-                    eprintln!(
-                        "{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// One-row code-predictor steps ending with their head and sampler in one launch
-/// (`CudaOptions::fused_head`: `head_sample.cu`, the last of the head's blocks sampling)
-/// compute what the head's GEMV then `sample_cp` compute: one request, identical sampled
-/// codes for 6 frames and last-head logits within 1e-4, with f32 and bf16 caches, on the
-/// demo model and the full-size 1.7B geometry (where the shapes do not fit the kernel,
-/// both runs take the same path).
-#[test]
-fn fused_head_stages_match_the_separate_kernels() {
-    let test = "fused_head_stages_match_the_separate_kernels";
-    let opts = |exact, fused_head| CudaOptions {
-        fused_head,
-        ..options(exact)
-    };
-    for name in models_to_check() {
-        let model = Model::load(name, LoadOptions::default()).unwrap();
-        let prompts = many_prompts(&model, 1, 2, |_| {
-            "One request, its code predictor sampling where its head ends.".to_string()
-        });
-        for (caches, exact) in [("f32", true), ("bf16", false)] {
-            let Some(apart) = lock_step_on(&model, test, opts(exact, false), &prompts, &[335], 6)
-            else {
-                return;
-            };
-            let run = lock_step_on(&model, test, opts(exact, true), &prompts, &[335], 6).unwrap();
-            let what = format!("fused head, {caches} caches");
-            let worst = assert_same_run_on_another_path(&what, name, &run, &apart, 1e-4);
-            eprintln!("{test}: {name}, {what}: 6 frames identical, logits rel err {worst:.2e}");
-        }
-    }
-}
-
-/// On an sm_90 device, the one-row attention-half kernels take the code predictor and the
-/// talker of `model` and all their heads' clusters run at once (else the stage calls fall
-/// back without saying so).
-fn assert_cluster_kernel_fits(test: &str, model: &Model) {
-    use tts_cuda::stack::{qkv_attention_o_plan, HalfKind, QKV_ATTENTION_O_CLUSTER};
-    let Some(gpu) = common::open_gpu(test) else {
-        return;
-    };
-    if !gpu.clusters {
-        eprintln!("{test}: no thread-block clusters here: the qkv and all runs repeat o");
-        return;
-    }
-    let stacks = [
-        (
-            model.config.talker.code_predictor.dims(),
-            HalfKind::Short,
-            "qkv_attention_o_m1",
-        ),
-        (
-            model.config.talker.dims(),
-            HalfKind::Long,
-            "qkv_attention_o_long_m1",
-        ),
-    ];
-    for (d, kind, name) in stacks {
-        let plan = qkv_attention_o_plan(kind, d.hidden, (d.heads, d.kv_heads, d.head_dim))
-            .unwrap_or_else(|| panic!("{name} takes the stack's shape"));
-        let grid = (QKV_ATTENTION_O_CLUSTER as u32, d.heads as u32, 1);
-        let at_once = gpu
-            .max_active_clusters(name, grid, 256, plan.smem)
-            .expect("cluster occupancy");
-        assert!(
-            at_once as usize >= d.heads,
-            "{test}: only {at_once} clusters of {name} fit at once, {} heads",
-            d.heads
-        );
-        eprintln!(
-            "{test}: {at_once} clusters of {name} fit at once ({} needed)",
-            d.heads
-        );
-    }
-}
-
 /// The code predictor's short-cache attention by kv-head group (one block doing every q
 /// head of its group, `CudaOptions::group_attention`) computes what one block per q head
 /// computes: 20 rows in lock step give identical sampled codes for 4 frames and the same
@@ -395,14 +242,11 @@ fn staged_gemv_stages_match_the_gemv_stages() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
         // (the staged MMA off: it takes the 2-token linear layers of a one-row call's
         // first step, and its sums differ from the GEMV's; the GEMV's norm chain off: the
-        // staged GEMV does not take it, and it sums the norm in another order; the fused
-        // MLP and attention + O off: they sum the down and O projections in another order)
+        // staged GEMV does not take it, and it sums the norm in another order)
         let opts = |staged: &str| CudaOptions {
             staged_gemv: staged.parse().unwrap(),
             staged_mma_rows: 0,
             chain_gemv: false,
-            fused_mlp: "0".parse().unwrap(),
-            fused_attention: "0".parse().unwrap(),
             ..options(false)
         };
         let prompts = many_prompts(&model, 1, 2, |i| format!("Staged check {i}, a few words."));

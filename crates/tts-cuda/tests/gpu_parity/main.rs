@@ -15,7 +15,6 @@ mod common;
 
 mod cloning;
 mod codes;
-mod fused_mlp;
 mod kernel_choices;
 mod linear;
 mod lock_step;

@@ -115,9 +115,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
     let mut kernel_json = Vec::new();
     if a.kernels {
         println!("{:<48} {:>10} {:>8}", "kernel", "us", "TB/s");
-        let mut kernels = tts_cuda::bench::bench_gemv(b.gpu())?;
-        kernels.extend(tts_cuda::bench::bench_mlp(b.gpu())?);
-        for k in kernels {
+        for k in tts_cuda::bench::bench_gemv(b.gpu())? {
             println!("{:<48} {:>10.2} {:>8.2}", k.name, k.us, k.tb_per_s);
             kernel_json
                 .push(serde_json::json!({"kernel": k.name, "us": k.us, "tb_per_s": k.tb_per_s}));
