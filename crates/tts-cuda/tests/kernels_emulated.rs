@@ -170,6 +170,104 @@ fn staged_gemv_matches_the_reference() {
     );
 }
 
+/// `fused_attention_short` (bf16 cache), `fused_attention_short_f32` and their `_group`
+/// twins, the code predictor's attention (QK-norm + RoPE of the new tokens, their K and V
+/// stored in the cache, attention over positions 0..pos), on the launches stack.rs makes
+/// (grid (q heads, rows), or (kv heads, rows) by group, 128 threads, production row
+/// strides) over the code predictor's cache of one position per code group: for the 1.7B's
+/// code predictor (16 heads of 128 over 8 kv heads) one row of 1 token at a middle and at
+/// the last position, step 0's rows of 2 tokens at positions 0-1, and several rows of
+/// different slots and positions with a padding row (nothing written), some also writing
+/// the O projection's split bf16 rows (`xb`); for a small stack (4 heads of 32 over 2,
+/// padded row strides) and the demo's code predictor (2 heads of 16 over 1).
+#[test]
+fn short_attention_matches_the_reference() {
+    use tts_model::config::{StackDims, NUM_CODE_GROUPS};
+    let dims = |spec: &str| {
+        let model = tts_model::builtin::load(spec)
+            .unwrap_or_else(|e| panic!("{spec}: {e}"))
+            .unwrap_or_else(|| panic!("{spec} is a built-in model"));
+        model.config.talker.code_predictor.dims()
+    };
+    let (cp, demo) = (dims("random:1.7b"), dims("demo"));
+    // The code predictor's cache: one position per code group (code_predictor.rs), which
+    // stack.rs hands to the short kernels as it is at most SHORT_CACHE_POSITIONS (private
+    // there; attention.cu's FA_SPOS) = 16.
+    let max_pos = NUM_CODE_GROUPS;
+    assert!(
+        max_pos <= 16,
+        "the code predictor's cache takes the short kernels"
+    );
+    // cache rows (the workspace's max_batch; rows index it directly)
+    const CACHE_ROWS: usize = 4;
+    // stack.rs launches every attention kernel with 128 threads (FA_ENTRY's launch bounds)
+    const THREADS: usize = 128;
+    let mut args = Vec::new();
+    // `rows`: "slot:pos0,..." (slot -1: padding); `pad`: added to stack.rs's row strides
+    let mut case = |d: &StackDims, kernel: &str, tpr: usize, rows: &str, xb: bool, pad: usize| {
+        let grid_x = if kernel.contains("_group") {
+            d.kv_heads
+        } else {
+            d.heads
+        };
+        let (qd, kvd) = (d.q_dim(), d.kv_dim());
+        let fields = [
+            grid_x,
+            rows.split(',').count(),
+            THREADS,
+            d.heads,
+            d.kv_heads,
+            d.head_dim,
+            qd + 2 * kvd + pad,
+            qd + pad,
+            max_pos,
+            CACHE_ROWS,
+            tpr,
+        ];
+        args.push(kernel.to_string());
+        args.extend(fields.map(|v| v.to_string()));
+        args.extend([
+            d.rms_eps.to_string(),
+            d.rope_theta.to_string(),
+            usize::from(xb).to_string(),
+            rows.to_string(),
+        ]);
+    };
+    let (short, short_f32) = ("fused_attention_short", "fused_attention_short_f32");
+    let (group, group_f32) = (
+        "fused_attention_short_group",
+        "fused_attention_short_group_f32",
+    );
+    case(&cp, short, 1, "1:7", false, 0);
+    case(&cp, short, 1, "2:15", false, 0);
+    case(&cp, short, 2, "0:0", false, 0);
+    case(&cp, short, 2, "2:0,-1:0,0:0,3:0", true, 0);
+    case(&cp, short, 1, "3:4,-1:4,1:15,0:9", true, 0);
+    case(&cp, short_f32, 2, "2:0,-1:0,0:0", true, 0);
+    case(&cp, short_f32, 1, "1:15,-1:15,2:7", false, 0);
+    case(&cp, group, 2, "1:0,-1:0,3:0", true, 0);
+    case(&cp, group, 1, "0:15,-1:15,2:6", false, 0);
+    case(&cp, group_f32, 2, "3:0,-1:0", false, 0);
+    case(&cp, group_f32, 1, "2:15,-1:15,0:3", true, 0);
+    let small = StackDims {
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 32,
+        ..cp
+    };
+    case(&small, short, 2, "1:0,-1:0,2:0", true, 8);
+    case(&small, short_f32, 1, "0:15,-1:15,3:10", false, 8);
+    case(&small, group, 1, "2:15,-1:15,1:5", true, 8);
+    case(&demo, short, 2, "0:0,-1:0", false, 0);
+    case(&demo, group_f32, 1, "1:15,3:8,-1:8", true, 0);
+    run_emulated(
+        "short_attention_matches_the_reference",
+        "attention_short.cpp",
+        &["attention.cu"],
+        &args,
+    );
+}
+
 /// The emulator itself: barriers with reductions, early exits, warp exchanges, clusters.
 #[test]
 fn the_emulator_runs_known_kernels() {

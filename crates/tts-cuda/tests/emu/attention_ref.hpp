@@ -1,0 +1,86 @@
+// attention_ref.hpp — the f64 reference of the code predictor's attention for the emulated
+// kernel tests (attention_short.cpp): QK-norm and RoPE of a new token's q and k heads, and
+// attention of a q head over positions 0..pos of its cache row, read from the caches as the
+// kernel left them; and the check that no cache entry but the new positions' was written.
+#pragma once
+
+#include "check.hpp"
+
+// RMS-norm of x[0..hd) with gains w, rotated for position pos (rotate-half pairs).
+template <typename T>
+std::vector<double> norm_rope_ref(const T* x, const std::vector<float>& w, float eps,
+                                  const std::vector<float>& inv_freq, int pos, int hd) {
+    double ss = 0;
+    for (int i = 0; i < hd; i++) ss += (double)x[i] * x[i];
+    const double inv = 1.0 / std::sqrt(ss / hd + eps);
+    std::vector<double> a(hd), out(hd);
+    for (int i = 0; i < hd; i++) a[i] = w[i] * (x[i] * inv);
+    for (int i = 0; i < hd / 2; i++) {
+        const double ang = (double)(float)((float)pos * inv_freq[i]);
+        const double c = std::cos(ang), s = std::sin(ang);
+        out[i] = a[i] * c - a[i + hd / 2] * s;
+        out[i + hd / 2] = a[i + hd / 2] * c + a[i] * s;
+    }
+    return out;
+}
+
+// A cache value (bf16 bits or f32) as f32, and an f32 as a cache value.
+inline float kv_value(float v) { return v; }
+inline float kv_value(uint16_t v) { return check::from_bf16(v); }
+template <typename KV>
+KV kv_of(float v);
+template <>
+inline float kv_of<float>(float v) { return v; }
+template <>
+inline uint16_t kv_of<uint16_t>(float v) { return check::to_bf16(v); }
+
+// A stack's attention shape and its cache's positions per row: caches are
+// [cache row][max_pos][kv heads * hd].
+struct AttnDims {
+    int heads, kvh, hd, max_pos;
+    int qd() const { return heads * hd; }
+    int kvd() const { return kvh * hd; }
+};
+
+// softmax(q · K^T / sqrt(hd)) · V for the (already normed and rotated) query q of a q head of
+// kv group g, over positions 0..pos of cache row `slot` of the caches k, v.
+template <typename KV>
+std::vector<double> attention_ref(const std::vector<double>& q, const AttnDims& d, int g,
+                                  int slot, int pos, const std::vector<KV>& k,
+                                  const std::vector<KV>& v) {
+    const int kvd = d.kvd(), hd = d.hd;
+    const size_t base = (size_t)slot * d.max_pos * kvd + (size_t)g * hd;
+    std::vector<double> sc(pos + 1), out(hd, 0.0);
+    double mx = -1e300, z = 0;
+    for (int p = 0; p <= pos; p++) {
+        double s = 0;
+        for (int e = 0; e < hd; e++) s += q[e] * kv_value(k[base + (size_t)p * kvd + e]);
+        sc[p] = s / std::sqrt((double)hd);
+        mx = std::fmax(mx, sc[p]);
+    }
+    for (auto& s : sc) z += (s = std::exp(s - mx));
+    for (int e = 0; e < hd; e++)
+        for (int p = 0; p <= pos; p++) out[e] += sc[p] / z * kv_value(v[base + (size_t)p * kvd + e]);
+    return out;
+}
+
+// Whether every cache entry but the new positions' (slots[t], positions[t]) kept its value
+// (tokens with a negative slot write nothing).
+template <typename KV>
+bool others_kept(const std::vector<KV>& now, const std::vector<KV>& before, const AttnDims& d,
+                 const std::vector<int>& slots, const std::vector<int>& positions) {
+    const int kvd = d.kvd();
+    for (size_t i = 0; i < now.size(); i++) {
+        const int s = (int)(i / ((size_t)d.max_pos * kvd)), p = (int)(i / kvd % d.max_pos);
+        bool is_new = false;
+        for (size_t t = 0; t < slots.size(); t++) is_new |= slots[t] == s && positions[t] == p;
+        if (!is_new && std::memcmp(&now[i], &before[i], sizeof(KV)) != 0) return false;
+    }
+    return true;
+}
+
+// Whether two buffers hold the same bits.
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
