@@ -682,7 +682,7 @@ fn gemv(
             );
         }
     }
-    let blocks = l.n.div_ceil(16 / ksplit) as u32;
+    let (bf16_kernel, blocks) = gemv_choice(l.n, l.k, m);
     // `codes` comes from `LinearPaths::fp8_codes`: at most FP8_GEMV_MAX_ROWS rows
     // the weights it streams: bf16, or one byte per E4M3 code
     let mut weights = (l.w.ptr, l.bf16_bytes());
@@ -695,19 +695,28 @@ fn gemv(
         }
         None => {
             args.push(Arg::P(0));
-            // A warp's share of K in passes (gemv.cu: a warp step is 256 bf16 weights, a
-            // pass GEMV_U = 4 steps): from two passes on, one row gains more from issuing
-            // each pass's X loads together than it loses in resident blocks (`PRE`).
-            let passes = l.k.div_ceil(256).div_ceil(ksplit).div_ceil(4);
-            if bucket == 0 && passes >= 2 {
-                "gemv_m1_pre"
-            } else {
-                ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket]
-            }
+            bf16_kernel
         }
     };
     chain.apply(l.k, &mut args);
-    gpu.launch_reading(weights, name, (blocks, 1, 1), 256, 0, None, &args)
+    gpu.launch_reading(weights, name, (blocks as u32, 1, 1), 256, 0, None, &args)
+}
+
+/// The bf16 `gemv.cu` entry point for `rows` rows (1..=8) over an `n × k` layer and its
+/// block count (each block covers 16 / [`gemv_ksplit`] rows). One row whose warps take two
+/// or more passes over K (a warp step is 256 weights, a pass GEMV_U = 4 steps) goes to
+/// `gemv_m1_pre`: it gains more from issuing each pass's X loads together than it loses in
+/// resident blocks.
+pub fn gemv_choice(n: usize, k: usize, rows: usize) -> (&'static str, usize) {
+    let ksplit = gemv_ksplit(n);
+    let bucket = gemv_bucket(rows);
+    let passes = k.div_ceil(256).div_ceil(ksplit).div_ceil(4);
+    let name = if bucket == 0 && passes >= 2 {
+        "gemv_m1_pre"
+    } else {
+        ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket]
+    };
+    (name, n.div_ceil(16 / ksplit))
 }
 
 #[cfg(test)]

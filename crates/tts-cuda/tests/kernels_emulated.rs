@@ -268,6 +268,101 @@ fn short_attention_matches_the_reference() {
     );
 }
 
+/// `row_attention` (bf16 cache) and `row_attention_f32`, the talker's decode attention for
+/// small steps (one new token per row: QK-norm + RoPE, its K and V stored in the cache,
+/// attention over positions 0..pos), and `row_attention_split` / `_f32`, the split attention
+/// of prefills and merged steps (q already normed and rotated, every token's K and V already
+/// cached: attention over positions lo..pos), on the launches stack.rs makes (grid (q heads,
+/// tokens), 128 threads, production row strides, window 0) over the talker's cache of
+/// `Limits::default().max_positions`: for the 1.7B's talker (16 heads of 128 over 8 kv heads,
+/// so groups of 16 lanes, 8 positions at a time, chunks of 64) rows at the first position (no
+/// cached one), at one cached position, at the end and one past the end of a chunk, at
+/// middle and large positions and at the cache's last position, several rows of different
+/// slots with a padding row (nothing written, nor cached); the split form's prefills (tokens
+/// at consecutive positions of one slot, from 0 and across a chunk's end) merged with steps
+/// and a padding row, and a sliding window (lo > 0, not a chunk's start; stack.rs passes 0);
+/// some also writing the O projection's split bf16 rows (`xb`); for the demo's talker (4
+/// heads of 16 over 2: groups of 2 lanes, chunks of 512, padded row strides) rows across its
+/// chunk's end.
+#[test]
+fn row_attention_matches_the_reference() {
+    use tts_model::config::StackDims;
+    let dims = |spec: &str| {
+        let model = tts_model::builtin::load(spec)
+            .unwrap_or_else(|e| panic!("{spec}: {e}"))
+            .unwrap_or_else(|| panic!("{spec} is a built-in model"));
+        model.config.talker.dims()
+    };
+    let (talker, demo) = (dims("random:1.7b"), dims("demo"));
+    // the talker's cache positions per slot (talker.rs: `ws.limits.max_positions`)
+    let max_pos = tts_cuda::workspace::Limits::default().max_positions;
+    // stack.rs takes row_attention for steps of at most this many rows
+    let max_rows = tts_cuda::CudaOptions::default().row_attention_rows;
+    // cache rows (slots)
+    const CACHE_ROWS: usize = 4;
+    // stack.rs launches the attention kernels with 128 threads (AR_THREADS)
+    const THREADS: usize = 128;
+    let mut args = Vec::new();
+    // `tokens`: "slot:pos" per token, "slot:p0-p1" for positions p0..=p1 of one slot, slot
+    // -1: padding; `pad`: added to stack.rs's row strides
+    let mut case = |d: &StackDims, kernel: &str, tokens: &str, window: usize, xb: bool, pad| {
+        let count: usize = tokens
+            .split(',')
+            .map(|t| {
+                let pos = t.split_once(':').expect("slot:pos").1;
+                match pos.split_once('-') {
+                    Some((a, b)) => b.parse::<usize>().unwrap() + 1 - a.parse::<usize>().unwrap(),
+                    None => 1,
+                }
+            })
+            .sum();
+        assert!(
+            kernel.contains("_split") || count <= max_rows,
+            "{kernel}: a step of {count} rows takes fused_attention"
+        );
+        let (qd, kvd) = (d.q_dim(), d.kv_dim());
+        let fields = [
+            d.heads,
+            count,
+            THREADS,
+            d.heads,
+            d.kv_heads,
+            d.head_dim,
+            qd + 2 * kvd + pad,
+            qd + pad,
+            max_pos,
+            CACHE_ROWS,
+            window,
+        ];
+        args.push(kernel.to_string());
+        args.extend(fields.map(|v| v.to_string()));
+        args.extend([
+            d.rms_eps.to_string(),
+            d.rope_theta.to_string(),
+            usize::from(xb).to_string(),
+            tokens.to_string(),
+        ]);
+    };
+    let (row, row_f32) = ("row_attention", "row_attention_f32");
+    let (split, split_f32) = ("row_attention_split", "row_attention_split_f32");
+    case(&talker, row, "0:0", 0, false, 0);
+    case(&talker, row, "1:64", 0, false, 0);
+    case(&talker, row, "2:65,-1:65,0:137,3:1000", 0, true, 0);
+    case(&talker, row_f32, "3:2047,0:1,-1:0,1:128", 0, true, 0);
+    case(&talker, split, "2:60-67", 0, false, 0);
+    case(&talker, split, "0:0-3,-1:0,3:1000,1:137", 0, true, 0);
+    case(&talker, split_f32, "1:2045-2047,-1:9,2:64", 0, true, 0);
+    case(&talker, split_f32, "0:98-101,3:300", 100, false, 0);
+    case(&demo, row, "1:512,0:513,-1:0,2:3", 0, true, 8);
+    case(&demo, split_f32, "3:509-514,-1:0", 0, true, 8);
+    run_emulated(
+        "row_attention_matches_the_reference",
+        "attention_row.cpp",
+        &["attention.cu", "attention_row.cu"],
+        &args,
+    );
+}
+
 /// The emulator itself: barriers with reductions, early exits, warp exchanges, clusters.
 #[test]
 fn the_emulator_runs_known_kernels() {
@@ -292,5 +387,57 @@ fn sources_become_cpp() {
     assert_eq!(
         as_cpp("    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));"),
         "    EMU_ASM(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
+    );
+}
+
+/// `gemv.cu`'s bf16 entries as the backend picks them (`linear::gemv_choice`): the 1.7B
+/// talker's one-row layers (QKV with the fused norm on `gemv_m1_pre`; O adding the residual
+/// and writing the next layer's normed input and Σ y² partials, the norm chain's writer;
+/// gate/up reading them, the chain's reader, SwiGLU pairs; down adding the residual), the
+/// code predictor's O (ksplit 4), calls of 2, 3 (on `gemv_m4`, one padding row) and 7 rows
+/// (on `gemv_m8`), and an odd shape with bias and SiLU.
+#[test]
+fn gemv_matches_the_reference() {
+    let mut args = Vec::new();
+    // (act, norm: 0 none, 1 fused, 2 chain reader, bias, res, chain writer)
+    let mut case = |(n, k): (usize, usize), rows: usize, (act, norm, bias, res, writer)| {
+        let (kernel, blocks) = tts_cuda::linear::gemv_choice(n, k, rows);
+        let template = match kernel {
+            "gemv_m2" => 2,
+            "gemv_m4" => 4,
+            "gemv_m8" => 8,
+            _ => 1,
+        };
+        args.push(kernel.to_string());
+        let fields = [
+            template,
+            n,
+            k,
+            blocks,
+            tts_cuda::linear::gemv_ksplit(n),
+            act,
+            norm,
+            bias,
+            res,
+            writer,
+            rows,
+        ];
+        args.extend(fields.map(|v| v.to_string()));
+    };
+    let talker = (4096, 2048, 2048, 6144);
+    case((talker.0, talker.1), 1, (0, 1, 0, 0, 0));
+    case((talker.2, talker.1), 1, (0, 0, 0, 1, 1));
+    case((2 * talker.3, talker.1), 1, (2, 2, 0, 0, 0));
+    case((talker.2, talker.3), 1, (0, 0, 0, 1, 0));
+    case((1024, 2048), 1, (0, 0, 0, 1, 0));
+    case((1024, 1024), 2, (2, 1, 0, 0, 0));
+    case((2048, 1024), 3, (0, 1, 0, 1, 0));
+    case((512, 1024), 7, (0, 1, 0, 1, 0));
+    case((301, 264), 1, (1, 1, 1, 1, 0));
+    run_emulated(
+        "gemv_matches_the_reference",
+        "gemv.cpp",
+        &["gemv.cu"],
+        &args,
     );
 }

@@ -1,7 +1,8 @@
-// attention_ref.hpp — the f64 reference of the code predictor's attention for the emulated
-// kernel tests (attention_short.cpp): QK-norm and RoPE of a new token's q and k heads, and
-// attention of a q head over positions 0..pos of its cache row, read from the caches as the
-// kernel left them; and the check that no cache entry but the new positions' was written.
+// attention_ref.hpp — the f64 reference of the code predictor's and the talker's attention for
+// the emulated kernel tests (attention_short.cpp, attention_row.cpp): QK-norm and RoPE of a new
+// token's q and k heads, and attention of a q head over positions 0..pos (or lo..pos) of its
+// cache row, read from the caches as the kernel left them; and the check that no cache entry
+// but the new positions' was written.
 #pragma once
 
 #include "check.hpp"
@@ -61,6 +62,29 @@ std::vector<double> attention_ref(const std::vector<double>& q, const AttnDims& 
     for (auto& s : sc) z += (s = std::exp(s - mx));
     for (int e = 0; e < hd; e++)
         for (int p = 0; p <= pos; p++) out[e] += sc[p] / z * kv_value(v[base + (size_t)p * kvd + e]);
+    return out;
+}
+
+// The same over positions lo..pos only (a sliding window's first position lo; attention_ref is
+// lo = 0), for the split kernels, whose tokens' K and V are already in the cache.
+template <typename KV>
+std::vector<double> attention_ref_from(const std::vector<double>& q, const AttnDims& d, int g,
+                                       int slot, int lo, int pos, const std::vector<KV>& k,
+                                       const std::vector<KV>& v) {
+    const int kvd = d.kvd(), hd = d.hd;
+    const size_t base = (size_t)slot * d.max_pos * kvd + (size_t)g * hd;
+    std::vector<double> sc(pos + 1 - lo), out(hd, 0.0);
+    double mx = -1e300, z = 0;
+    for (int p = lo; p <= pos; p++) {
+        double s = 0;
+        for (int e = 0; e < hd; e++) s += q[e] * kv_value(k[base + (size_t)p * kvd + e]);
+        sc[p - lo] = s / std::sqrt((double)hd);
+        mx = std::fmax(mx, sc[p - lo]);
+    }
+    for (auto& s : sc) z += (s = std::exp(s - mx));
+    for (int e = 0; e < hd; e++)
+        for (int p = lo; p <= pos; p++)
+            out[e] += sc[p - lo] / z * kv_value(v[base + (size_t)p * kvd + e]);
     return out;
 }
 
