@@ -90,6 +90,25 @@ fn pack_inputs(lay: &InputLayout, pad: i32, rows: &[(SlotId, i32, i32)], b: usiz
     v
 }
 
+/// A slot's sampler parameter block as `sampling.cu` reads it (`u32 [16]`, floats as bits):
+/// seed, talker settings, repetition penalty, code-predictor settings; word 11, the count of
+/// code-0 samples, starts at 0 and is kept by `sample_talker`.
+pub fn sampler_words(p: &SamplingParams) -> [u32; 16] {
+    let mut words = [0u32; 16];
+    words[0] = p.seed as u32;
+    words[1] = (p.seed >> 32) as u32;
+    words[2] = p.talker.do_sample as u32;
+    words[3] = p.talker.top_k as u32;
+    words[4] = p.talker.temperature.to_bits();
+    words[5] = p.talker.top_p.to_bits();
+    words[6] = p.repetition_penalty.to_bits();
+    words[7] = p.code_predictor.do_sample as u32;
+    words[8] = p.code_predictor.top_k as u32;
+    words[9] = p.code_predictor.temperature.to_bits();
+    words[10] = p.code_predictor.top_p.to_bits();
+    words
+}
+
 /// The GPU implementation of [`Backend`].
 pub struct CudaBackend {
     gpu: Gpu,
@@ -370,20 +389,7 @@ impl Backend for CudaBackend {
     fn alloc_slot(&mut self, params: &SamplingParams) -> Result<SlotId, BackendError> {
         self.gpu.bind().map_err(BackendError::from)?;
         let free = first_free_slot(&self.slots)?;
-        let p = params;
-        let mut words = [0u32; 16];
-        words[0] = p.seed as u32;
-        words[1] = (p.seed >> 32) as u32;
-        words[2] = p.talker.do_sample as u32;
-        words[3] = p.talker.top_k as u32;
-        words[4] = p.talker.temperature.to_bits();
-        words[5] = p.talker.top_p.to_bits();
-        words[6] = p.repetition_penalty.to_bits();
-        words[7] = p.code_predictor.do_sample as u32;
-        words[8] = p.code_predictor.top_k as u32;
-        words[9] = p.code_predictor.temperature.to_bits();
-        words[10] = p.code_predictor.top_p.to_bits();
-        self.init_slot(free, &words)?;
+        self.init_slot(free, &sampler_words(params))?;
         self.slots[free] = Some(SlotState {
             stage: Stage::Fresh,
             len: 0,

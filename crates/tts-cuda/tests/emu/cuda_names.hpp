@@ -79,10 +79,48 @@ inline unsigned __ballot_sync(unsigned mask, int p) {
         if (mask >> l & 1u && all[l]) r |= 1u << l;
     return r;
 }
+// An exchange among the lanes of `mask` while the warp's other lanes may already wait at
+// their next exchange (sampling.cu's radix_kth: the lanes whose key is still in the select
+// match their buckets under the mask of those lanes; the others go on to the next ballot of
+// the whole warp). emu::warp_exchange holds one exchange per warp at a time, so this one
+// has a rendezvous of its own per (warp, mask): a lane that arrives yields, staying
+// runnable, until every live lane of the mask has arrived. Returns the lanes' values.
+struct EmuMaskedExchange {
+    unsigned warp, mask;
+    int arrived;
+    unsigned gen;
+    uint64_t vals[2][32];
+};
+// per block (each block runs on an OS thread of its own)
+inline thread_local std::vector<EmuMaskedExchange> emu_masked_exchanges;
+inline const uint64_t* emu_masked_exchange(unsigned mask, uint64_t v) {
+    emu::Block& b = emu::blk();
+    const unsigned t = emu::linear_tid(), lane = t & 31, w = t >> 5;
+    if (!(mask >> lane & 1u)) emu::fail("a warp exchange by a lane outside its mask");
+    auto& all = emu_masked_exchanges;
+    size_t k = 0;
+    while (k < all.size() && !(all[k].warp == w && all[k].mask == mask)) k++;
+    if (k == all.size()) all.push_back(EmuMaskedExchange{w, mask, 0, 0, {}});
+    // generation g's values stay until every lane of g has read them: generation g + 2,
+    // the next to write them, cannot start before those lanes have arrived at g + 1
+    const unsigned g = all[k].gen;
+    all[k].vals[g & 1][lane] = v;
+    all[k].arrived++;
+    for (long waits = 0; all[k].gen == g; waits++) {
+        if (all[k].arrived == __builtin_popcount(mask & b.warps[w].live)) {
+            all[k].arrived = 0;
+            all[k].gen++;
+            break;
+        }
+        if (waits > (1l << 20)) emu::fail("a masked warp exchange waited for lanes that never came");
+        emu::yield_to_scheduler();
+    }
+    return all[k].vals[g & 1];
+}
 // The lanes of `mask` whose value equals this lane's.
 template <typename T>
 inline unsigned __match_any_sync(unsigned mask, T v) {
-    const uint64_t* all = emu::warp_exchange(mask, emu_bits(v));
+    const uint64_t* all = emu_masked_exchange(mask, emu_bits(v));
     const uint64_t mine = all[emu_lane()];
     unsigned r = 0;
     for (unsigned l = 0; l < 32; l++)

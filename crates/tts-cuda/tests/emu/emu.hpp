@@ -1,6 +1,6 @@
 // emu.hpp — runs this crate's CUDA kernels on the CPU, so a kernel's indexing, barriers and
 // cross-block reductions can be checked against a CPU reference on a machine without a GPU
-// (tests/kernels_emulated.rs). It checks logic, not timing or memory ordering.
+// (tests/kernels_emulated/). It checks logic, not timing or memory ordering.
 //
 // How: the kernel sources are compiled as C++ (the test rewrites `asm` statements to no-ops
 // and `extern __shared__` arrays to the launch's dynamic shared memory). Each CUDA thread is

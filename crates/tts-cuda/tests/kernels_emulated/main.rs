@@ -1,0 +1,161 @@
+//! Kernels run on the CPU (`tests/emu/emu.hpp`: each CUDA thread a fiber, each block an OS
+//! thread) and checked against f64 references, so a kernel's indexing, barriers and
+//! cross-block sums are tested on a machine without a GPU, on the launch plans the backend
+//! computes, with misaligned vector accesses and fixed-array overruns trapped (UBSan).
+//! This checks logic, not speed or memory ordering: `gpu_parity` checks the same kernels
+//! on the device. Needs a C++17 compiler (`$CXX`, else `c++`); skips, saying so,
+//! without one.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attention;
+mod linear;
+mod sampling;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tts_cuda::compile::SOURCES;
+
+/// The H200's multiprocessors: the plans the backend makes there.
+const H200_SMS: usize = 132;
+
+fn emu_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emu")
+}
+
+/// A kernel source as C++: the `asm` statements of PDL and prefetches become no-ops, every
+/// other one a call that stops the run if it is reached (common.cuh's PTX helpers that
+/// matter have emulated twins in emu.hpp), and each `extern __shared__` array becomes a
+/// pointer to the launch's dynamic shared memory.
+fn as_cpp(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        let harmless = line.contains("griddepcontrol.") || line.contains("prefetch.global");
+        let asm = if harmless { "EMU_ASM_NOP(" } else { "EMU_ASM(" };
+        let line = line.replace("asm volatile(", asm).replace("asm(", asm);
+        match line.find("extern __shared__") {
+            Some(at) => out.push_str(&dynamic_shared(&line, at)),
+            None => out.push_str(&line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `extern __shared__ [__align__(n)] T name[];` as `T* name = (T*)emu::dynamic_smem();`.
+fn dynamic_shared(line: &str, at: usize) -> String {
+    let decl = line[at + "extern __shared__".len()..].trim();
+    let decl = decl
+        .strip_suffix("[];")
+        .unwrap_or_else(|| panic!("unexpected dynamic shared declaration: {line}"));
+    let decl = match decl.strip_prefix("__align__(") {
+        Some(rest) => rest.split_once(')').expect("__align__(n)").1.trim(),
+        None => decl,
+    };
+    let (ty, name) = decl.rsplit_once(' ').expect("a type and a name");
+    format!("{}{ty}* {name} = ({ty}*)emu::dynamic_smem();", &line[..at])
+}
+
+fn compiler() -> Option<String> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let found = Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    found.then_some(cxx)
+}
+
+/// Builds `driver` (in tests/emu) with the kernel files `files` (common.cuh first, in the
+/// module's order), runs it with `args` and asserts that every check passed; returns its
+/// stdout. Skips (None) without a compiler.
+fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) -> Option<String> {
+    let Some(cxx) = compiler() else {
+        common::report_skip(&format!("{test}: no C++ compiler (set CXX or install g++)"));
+        return None;
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
+    std::fs::create_dir_all(&dir).expect("target dir");
+    let emu = emu_dir();
+    let mut unit = format!(
+        "#include \"{}\"\n#include \"{}\"\n",
+        emu.join("emu.hpp").display(),
+        emu.join("check.hpp").display()
+    );
+    for (name, src) in SOURCES {
+        if *name == "common.cuh" || files.contains(name) {
+            unit.push_str(&format!("// ---- {name}\n{}", as_cpp(src)));
+        }
+    }
+    for f in files {
+        assert!(
+            SOURCES.iter().any(|(n, _)| n == f),
+            "{f} is not a kernel source"
+        );
+    }
+    unit.push_str(&format!("#include \"{}\"\n", emu.join(driver).display()));
+    let stem = driver.trim_end_matches(".cpp");
+    let cpp = dir.join(format!("{stem}.cpp"));
+    let exe = dir.join(stem);
+    std::fs::write(&cpp, unit).expect("write the unit");
+    let built = Command::new(&cxx)
+        .args(["-std=c++17", "-O2", "-pthread", "-w"])
+        // misaligned vector loads and stores, and indexes past a fixed array's end, stop
+        // the run (as a misaligned access faults on the GPU)
+        .args([
+            "-fsanitize=alignment,bounds",
+            "-fno-sanitize-recover=all",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&cpp)
+        .output()
+        .expect("run the compiler");
+    assert!(
+        built.status.success(),
+        "{test}: {cxx} failed on {}:\n{}",
+        cpp.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let run = Command::new(&exe)
+        .args(args)
+        .output()
+        .expect("run the driver");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    println!("{stdout}");
+    assert!(
+        run.status.success() && stdout.contains("ok  ") && !stdout.contains("FAIL"),
+        "{test}: the emulated kernels failed ({}):\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Some(stdout.into_owned())
+}
+
+/// The emulator itself: barriers with reductions, early exits, warp exchanges, clusters.
+#[test]
+fn the_emulator_runs_known_kernels() {
+    run_emulated("the_emulator_runs_known_kernels", "selftest.cpp", &[], &[]);
+}
+
+/// The rewriting of kernel sources into C++.
+#[test]
+fn sources_become_cpp() {
+    assert_eq!(
+        as_cpp("    extern __shared__ __align__(16) unsigned char s_w[];"),
+        "    unsigned char* s_w = (unsigned char*)emu::dynamic_smem();\n"
+    );
+    assert_eq!(
+        as_cpp("extern __shared__ float fin_sm[];"),
+        "float* fin_sm = (float*)emu::dynamic_smem();\n"
+    );
+    assert_eq!(
+        as_cpp("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");"),
+        "EMU_ASM_NOP(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    );
+    assert_eq!(
+        as_cpp("    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));"),
+        "    EMU_ASM(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
+    );
+}
