@@ -20,5 +20,5 @@ for pick in ${PICKS:?kernel:skip:count:batch ...}; do
         --section SchedulerStats --section Occupancy --section LaunchStats \
         "$D/qwen3-tts" bench-stages --batches "$batch" --iters 1 --context 2 --codec-frames 2 \
         > "$OUT/detail_${kernel}_b$batch.txt" 2> "$OUT/detail_${kernel}_b$batch.err"
-    echo "$pick rc $? $(grep -c 'Section: Speed' "$OUT/detail_${kernel}_b$batch.txt") profiled"
+    echo "$pick rc $? $(grep -c "^  $kernel " "$OUT/detail_${kernel}_b$batch.txt") profiled"
 done
