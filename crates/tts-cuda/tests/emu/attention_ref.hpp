@@ -108,3 +108,47 @@ template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
+
+// Whether xb holds the outputs `out` (T rows of ld floats, `width` of them real) split into
+// bf16 rows, hi then lo T rows further; its columns past `width` and the rows of the tokens
+// `skipped(t)` names keep `poison`.
+template <typename Skipped>
+bool xb_is_split(const std::vector<uint16_t>& xb, const std::vector<float>& out, int T, int ld,
+                 int width, uint16_t poison, Skipped skipped) {
+    bool ok = true;
+    for (int t = 0; t < T; t++)
+        for (int col = 0; col < ld; col++) {
+            const uint16_t hi = xb[(size_t)t * ld + col], lo = xb[(size_t)(T + t) * ld + col];
+            if (skipped(t) || col >= width) {
+                ok &= hi == poison && lo == poison;
+                continue;
+            }
+            const float o = out[(size_t)t * ld + col];
+            const uint16_t want_hi = check::to_bf16(o);
+            ok &= hi == want_hi && lo == check::to_bf16(o - check::from_bf16(want_hi));
+        }
+    return ok;
+}
+
+// A case's rows or tokens, "slot:pos,slot:p0-p1,..." (slot -1: padding), as (slot, p0, p1).
+struct SlotSpan {
+    int slot, p0, p1;
+};
+inline std::vector<SlotSpan> parse_slot_spans(const std::string& spec) {
+    std::vector<SlotSpan> out;
+    const char* s = spec.c_str();
+    while (*s) {
+        char* end;
+        const long slot = std::strtol(s, &end, 10);
+        if (*end != ':') emu::fail("expected slot:pos or slot:p0-p1,...");
+        const long p0 = std::strtol(end + 1, &end, 10);
+        long p1 = p0;
+        if (*end == '-') p1 = std::strtol(end + 1, &end, 10);
+        if (p1 < p0) emu::fail("slot:p0-p1 with p1 < p0");
+        out.push_back(SlotSpan{(int)slot, (int)p0, (int)p1});
+        if (*end == ',') end++;
+        else if (*end) emu::fail("expected slot:pos or slot:p0-p1,...");
+        s = end;
+    }
+    return out;
+}

@@ -157,21 +157,10 @@ static void run_case(const RowCase& c, uint64_t seed) {
     // kernel did, bf16 or not: only f32 arithmetic against f64 remains
     check::close(name + ": outputs", out_got, out_want, 2e-5);
     check::expect(untouched, name + ": padding rows and columns past the heads keep their poison");
-    if (c.xb) {
-        bool ok = true;
-        for (int t = 0; t < T; t++)
-            for (int col = 0; col < c.ldo; col++) {
-                const uint16_t hi = got.xb[(size_t)t * c.ldo + col], lo = got.xb[(size_t)(T + t) * c.ldo + col];
-                if (c.slots[t] < 0 || col >= qd) {
-                    ok &= hi == xb_poison && lo == xb_poison;
-                    continue;
-                }
-                const float o = got.out[(size_t)t * c.ldo + col];
-                const uint16_t want_hi = check::to_bf16(o);
-                ok &= hi == want_hi && lo == check::to_bf16(o - check::from_bf16(want_hi));
-            }
-        check::expect(ok, name + ": xb holds the outputs split as bf16 hi + lo rows (padding rows: nothing)");
-    }
+    if (c.xb)
+        check::expect(xb_is_split(got.xb, got.out, T, c.ldo, qd, xb_poison,
+                                  [&](int t) { return c.slots[t] < 0; }),
+                      name + ": xb holds the outputs split as bf16 hi + lo rows (padding rows: nothing)");
     const RowResult<KV> again = launch();
     check::expect(same_bits(got.out, again.out) && same_bits(got.k, again.k) &&
                       same_bits(got.v, again.v) && same_bits(got.xb, again.xb),
@@ -180,24 +169,13 @@ static void run_case(const RowCase& c, uint64_t seed) {
 
 // "slot:pos,slot:p0-p1,..." into the tokens' slots and positions.
 static void parse_tokens(RowCase& c) {
-    const char* s = c.tokens_spec.c_str();
-    while (*s) {
-        char* end;
-        const long slot = std::strtol(s, &end, 10);
-        if (*end != ':') emu::fail("tokens: expected slot:pos or slot:p0-p1,...");
-        const long p0 = std::strtol(end + 1, &end, 10);
-        long p1 = p0;
-        if (*end == '-') p1 = std::strtol(end + 1, &end, 10);
-        if (p1 < p0) emu::fail("tokens: p0-p1 with p1 < p0");
-        for (long p = p0; p <= p1; p++) {
-            c.slots.push_back((int)slot);
-            c.positions.push_back((int)p);
+    for (const SlotSpan& t : parse_slot_spans(c.tokens_spec))
+        for (int p = t.p0; p <= t.p1; p++) {
+            c.slots.push_back(t.slot);
+            c.positions.push_back(p);
         }
-        if (*end == ',') end++;
-        else if (*end) emu::fail("tokens: expected slot:pos or slot:p0-p1,...");
-        s = end;
-    }
 }
+
 
 int main(int argc, char** argv) {
     const int per = 16;

@@ -126,21 +126,9 @@ static void run_case(const ShortCase& c, uint64_t seed) {
     // the kernel did, bf16 or not: only f32 arithmetic against f64 remains
     check::close(name + ": outputs", out_got, out_want, 2e-5);
     check::expect(untouched, name + ": padding rows and columns past the heads keep their poison");
-    if (c.xb) {
-        bool split = true;
-        for (int t = 0; t < T; t++)
-            for (int col = 0; col < c.ldo; col++) {
-                const uint16_t hi = got.xb[(size_t)t * c.ldo + col], lo = got.xb[(size_t)(T + t) * c.ldo + col];
-                if (col >= qd) {
-                    split &= hi == xb_poison && lo == xb_poison;
-                    continue;
-                }
-                const float o = got.out[(size_t)t * c.ldo + col];
-                const uint16_t want_hi = check::to_bf16(o);
-                split &= hi == want_hi && lo == check::to_bf16(o - check::from_bf16(want_hi));
-            }
-        check::expect(split, name + ": xb holds the outputs split as bf16 hi + lo rows");
-    }
+    if (c.xb)
+        check::expect(xb_is_split(got.xb, got.out, T, c.ldo, qd, xb_poison, [](int) { return false; }),
+                      name + ": xb holds the outputs split as bf16 hi + lo rows");
     const Result<KV> again = launch();
     check::expect(same_bits(got.out, again.out) && same_bits(got.k, again.k) &&
                       same_bits(got.v, again.v) && same_bits(got.xb, again.xb),
@@ -149,19 +137,13 @@ static void run_case(const ShortCase& c, uint64_t seed) {
 
 // "slot:pos0,slot:pos0,..." into the rows' slots and first positions.
 static void parse_rows(ShortCase& c) {
-    const char* s = c.rows_spec.c_str();
-    while (*s) {
-        char* end;
-        const long slot = std::strtol(s, &end, 10);
-        if (*end != ':') emu::fail("rows: expected slot:pos0,...");
-        const long pos = std::strtol(end + 1, &end, 10);
-        c.row_slot.push_back((int)slot);
-        c.row_pos.push_back((int)pos);
-        if (*end == ',') end++;
-        else if (*end) emu::fail("rows: expected slot:pos0,...");
-        s = end;
+    for (const SlotSpan& r : parse_slot_spans(c.rows_spec)) {
+        if (r.p1 != r.p0) emu::fail("rows: expected slot:pos0,...");
+        c.row_slot.push_back(r.slot);
+        c.row_pos.push_back(r.p0);
     }
 }
+
 
 int main(int argc, char** argv) {
     const int per = 16;

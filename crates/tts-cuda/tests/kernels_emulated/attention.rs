@@ -1,6 +1,65 @@
 //! The attention kernels of the code predictor's short cache and the talker's long one.
 
+use tts_model::config::StackDims;
+
 use crate::run_emulated;
+
+/// Cache rows (slots) of every case: the rows index them directly.
+const CACHE_ROWS: usize = 4;
+/// stack.rs launches every attention kernel with 128 threads (FA_ENTRY's and AR_ENTRY's
+/// launch bounds).
+const THREADS: usize = 128;
+
+/// The dimensions of a built-in model's talker, or of its code predictor (`cp`).
+fn builtin_dims(spec: &str, cp: bool) -> StackDims {
+    let model = tts_model::builtin::load(spec)
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+        .unwrap_or_else(|| panic!("{spec} is a built-in model"));
+    let talker = &model.config.talker;
+    if cp {
+        talker.code_predictor.dims()
+    } else {
+        talker.dims()
+    }
+}
+
+/// One case's arguments for either attention driver, in their order: the kernel, its grid
+/// (x, tokens or rows) and threads, the stack's heads, kv heads and head dim, stack.rs's QKV
+/// and output row strides plus `pad`, the cache's positions and rows, `last` (tokens per
+/// row, or the window), eps, RoPE theta, whether `xb` is written, and the rows' spec.
+fn attention_args(
+    kernel: &str,
+    d: &StackDims,
+    grid: (usize, usize),
+    (max_pos, last): (usize, usize),
+    pad: usize,
+    xb: bool,
+    spec: &str,
+) -> Vec<String> {
+    let (qd, kvd) = (d.q_dim(), d.kv_dim());
+    let fields = [
+        grid.0,
+        grid.1,
+        THREADS,
+        d.heads,
+        d.kv_heads,
+        d.head_dim,
+        qd + 2 * kvd + pad,
+        qd + pad,
+        max_pos,
+        CACHE_ROWS,
+        last,
+    ];
+    let mut args = vec![kernel.to_string()];
+    args.extend(fields.map(|v| v.to_string()));
+    args.extend([
+        d.rms_eps.to_string(),
+        d.rope_theta.to_string(),
+        usize::from(xb).to_string(),
+        spec.to_string(),
+    ]);
+    args
+}
 
 /// `fused_attention_short` (bf16 cache), `fused_attention_short_f32` and their `_group`
 /// twins, the code predictor's attention (QK-norm + RoPE of the new tokens, their K and V
@@ -14,14 +73,11 @@ use crate::run_emulated;
 /// padded row strides) and the demo's code predictor (2 heads of 16 over 1).
 #[test]
 fn short_attention_matches_the_reference() {
-    use tts_model::config::{StackDims, NUM_CODE_GROUPS};
-    let dims = |spec: &str| {
-        let model = tts_model::builtin::load(spec)
-            .unwrap_or_else(|e| panic!("{spec}: {e}"))
-            .unwrap_or_else(|| panic!("{spec} is a built-in model"));
-        model.config.talker.code_predictor.dims()
-    };
-    let (cp, demo) = (dims("random:1.7b"), dims("demo"));
+    use tts_model::config::NUM_CODE_GROUPS;
+    let (cp, demo) = (
+        builtin_dims("random:1.7b", true),
+        builtin_dims("demo", true),
+    );
     // The code predictor's cache: one position per code group (code_predictor.rs), which
     // stack.rs hands to the short kernels as it is at most SHORT_CACHE_POSITIONS (private
     // there; attention.cu's FA_SPOS) = 16.
@@ -30,10 +86,6 @@ fn short_attention_matches_the_reference() {
         max_pos <= 16,
         "the code predictor's cache takes the short kernels"
     );
-    // cache rows (the workspace's max_batch; rows index it directly)
-    const CACHE_ROWS: usize = 4;
-    // stack.rs launches every attention kernel with 128 threads (FA_ENTRY's launch bounds)
-    const THREADS: usize = 128;
     let mut args = Vec::new();
     // `rows`: "slot:pos0,..." (slot -1: padding); `pad`: added to stack.rs's row strides
     let mut case = |d: &StackDims, kernel: &str, tpr: usize, rows: &str, xb: bool, pad: usize| {
@@ -42,28 +94,16 @@ fn short_attention_matches_the_reference() {
         } else {
             d.heads
         };
-        let (qd, kvd) = (d.q_dim(), d.kv_dim());
-        let fields = [
-            grid_x,
-            rows.split(',').count(),
-            THREADS,
-            d.heads,
-            d.kv_heads,
-            d.head_dim,
-            qd + 2 * kvd + pad,
-            qd + pad,
-            max_pos,
-            CACHE_ROWS,
-            tpr,
-        ];
-        args.push(kernel.to_string());
-        args.extend(fields.map(|v| v.to_string()));
-        args.extend([
-            d.rms_eps.to_string(),
-            d.rope_theta.to_string(),
-            usize::from(xb).to_string(),
-            rows.to_string(),
-        ]);
+        let grid = (grid_x, rows.split(',').count());
+        args.extend(attention_args(
+            kernel,
+            d,
+            grid,
+            (max_pos, tpr),
+            pad,
+            xb,
+            rows,
+        ));
     };
     let (short, short_f32) = ("fused_attention_short", "fused_attention_short_f32");
     let (group, group_f32) = (
@@ -118,22 +158,14 @@ fn short_attention_matches_the_reference() {
 /// chunk's end.
 #[test]
 fn row_attention_matches_the_reference() {
-    use tts_model::config::StackDims;
-    let dims = |spec: &str| {
-        let model = tts_model::builtin::load(spec)
-            .unwrap_or_else(|e| panic!("{spec}: {e}"))
-            .unwrap_or_else(|| panic!("{spec} is a built-in model"));
-        model.config.talker.dims()
-    };
-    let (talker, demo) = (dims("random:1.7b"), dims("demo"));
+    let (talker, demo) = (
+        builtin_dims("random:1.7b", false),
+        builtin_dims("demo", false),
+    );
     // the talker's cache positions per slot (talker.rs: `ws.limits.max_positions`)
     let max_pos = tts_cuda::workspace::Limits::default().max_positions;
     // stack.rs takes row_attention for steps of at most this many rows
     let max_rows = tts_cuda::CudaOptions::default().row_attention_rows;
-    // cache rows (slots)
-    const CACHE_ROWS: usize = 4;
-    // stack.rs launches the attention kernels with 128 threads (AR_THREADS)
-    const THREADS: usize = 128;
     let mut args = Vec::new();
     // `tokens`: "slot:pos" per token, "slot:p0-p1" for positions p0..=p1 of one slot, slot
     // -1: padding; `pad`: added to stack.rs's row strides
@@ -152,28 +184,16 @@ fn row_attention_matches_the_reference() {
             kernel.contains("_split") || count <= max_rows,
             "{kernel}: a step of {count} rows takes fused_attention"
         );
-        let (qd, kvd) = (d.q_dim(), d.kv_dim());
-        let fields = [
-            d.heads,
-            count,
-            THREADS,
-            d.heads,
-            d.kv_heads,
-            d.head_dim,
-            qd + 2 * kvd + pad,
-            qd + pad,
-            max_pos,
-            CACHE_ROWS,
-            window,
-        ];
-        args.push(kernel.to_string());
-        args.extend(fields.map(|v| v.to_string()));
-        args.extend([
-            d.rms_eps.to_string(),
-            d.rope_theta.to_string(),
-            usize::from(xb).to_string(),
-            tokens.to_string(),
-        ]);
+        let grid = (d.heads, count);
+        args.extend(attention_args(
+            kernel,
+            d,
+            grid,
+            (max_pos, window),
+            pad,
+            xb,
+            tokens,
+        ));
     };
     let (row, row_f32) = ("row_attention", "row_attention_f32");
     let (split, split_f32) = ("row_attention_split", "row_attention_split_f32");
