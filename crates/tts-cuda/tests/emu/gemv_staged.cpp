@@ -5,32 +5,7 @@
 // gives (argv per case: N K rpb blocks smem ksplit act norm bias res rows_valid).
 // Also: a second launch gives the same bits; a padding call (rows_valid 0) writes nothing.
 
-static std::vector<double> gemv_reference(const std::vector<uint16_t>& w, const std::vector<float>& x,
-                                          const std::vector<float>& g, const std::vector<float>& bias,
-                                          const std::vector<float>& res, int N, int K, int act,
-                                          bool norm, float eps) {
-    double inv = 1.0;
-    if (norm) {
-        double ss = 0;
-        for (float v : x) ss += (double)v * v;
-        inv = 1.0 / std::sqrt(ss / K + eps);
-    }
-    std::vector<double> s(N);
-    for (int n = 0; n < N; n++) {
-        double a = 0;
-        for (int k = 0; k < K; k++)
-            a += (double)x[k] * (norm ? g[k] : 1.0f) * check::from_bf16(w[(size_t)n * K + k]);
-        s[n] = a * inv + (bias.empty() ? 0.0 : bias[n]);
-    }
-    auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
-    const int outs = act == 2 ? N / 2 : N;
-    std::vector<double> y(outs);
-    for (int i = 0; i < outs; i++) {
-        const double v = act == 2 ? silu(s[2 * i]) * s[2 * i + 1] : act == 1 ? silu(s[i]) : s[i];
-        y[i] = v + (res.empty() ? 0.0 : res[i]);
-    }
-    return y;
-}
+#include "gemv_ref.hpp"
 
 static void run_case(int N, int K, int rpb, int blocks, int smem, int ksplit, int act, int norm,
                      int with_bias, int with_res, int rows_valid) {
@@ -64,7 +39,10 @@ static void run_case(int N, int K, int rpb, int blocks, int smem, int ksplit, in
         check::expect(untouched, name + ": a padding call writes nothing");
         return;
     }
-    check::close(name, y, gemv_reference(w, x, g, bias, res, N, K, act, norm, eps), 2e-5);
+    check::close(name, y,
+                 gemv_row_ref(w, x.data(), norm ? g.data() : nullptr, with_bias ? bias.data() : nullptr,
+                              with_res ? res.data() : nullptr, N, K, act, eps),
+                 2e-5);
     launch(again);
     check::expect(std::memcmp(y.data(), again.data(), y.size() * 4) == 0,
                   name + ": a second launch gives the same bits");

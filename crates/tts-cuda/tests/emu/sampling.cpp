@@ -108,27 +108,22 @@ static void run_cp(int index, const char* path, int V, int rows, int threads, in
             }
         }
         codes[r] = c;
-        for (int i = 0; i < D; i++) {
-            const float got = next_x[(size_t)r * ldx + i];
-            if (!copied) {
-                untouched &= got == fpoison;
-                continue;
+        // row r of `dst` (`width` wide): the picked code's table row, bit for bit; poison
+        // where nothing is copied
+        auto check_copy = [&](const std::vector<float>& dst, int ld, int width, auto table_value) {
+            for (int i = 0; i < width; i++) {
+                const float got = dst[(size_t)r * ld + i];
+                if (!copied) {
+                    untouched &= got == fpoison;
+                    continue;
+                }
+                if (c < 0) continue;
+                const float want = table_value(((size_t)(step - 1) * V + c) * width + i);
+                copies &= std::memcmp(&got, &want, 4) == 0;
             }
-            if (c < 0) continue;
-            const size_t at = ((size_t)(step - 1) * V + c) * D + i;
-            const float want = folded ? fold[at] : check::from_bf16(raw[at]);
-            copies &= std::memcmp(&got, &want, 4) == 0;
-        }
-        for (int i = 0; i < Q; i++) {
-            const float got = qkv[(size_t)r * ldq + i];
-            if (!copied) {
-                untouched &= got == fpoison;
-                continue;
-            }
-            if (c < 0) continue;
-            const float want = qkv0[((size_t)(step - 1) * V + c) * Q + i];
-            copies &= std::memcmp(&got, &want, 4) == 0;
-        }
+        };
+        check_copy(next_x, ldx, D, [&](size_t at) { return folded ? fold[at] : check::from_bf16(raw[at]); });
+        check_copy(qkv, ldq, Q, [&](size_t at) { return qkv0[at]; });
     }
     check::expect(written, name + ": every row's code is in the vocabulary");
     if (step < 15)

@@ -1,0 +1,34 @@
+// gemv_ref.hpp — the f64 reference of the GEMV kernels' one row (gemv.cpp, gemv_staged.cpp):
+//   y[n] = act(inv · Σ_k xin[k] W[n][k] + bias[n]) + res[n],
+// xin = g ⊙ x and inv = 1 / rms(x) with the norm (`g` non-null), else xin = x and inv = 1;
+// act 1 SiLU, act 2 pairing rows (2i, 2i + 1) as (gate, up) into y[i]. `bias` and `res`
+// may be null.
+#pragma once
+
+#include "check.hpp"
+
+inline std::vector<double> gemv_row_ref(const std::vector<uint16_t>& w, const float* x, const float* g,
+                                        const float* bias, const float* res, int N, int K, int act,
+                                        float eps) {
+    double inv = 1.0;
+    if (g) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)x[k] * x[k];
+        inv = 1.0 / std::sqrt(ss / K + eps);
+    }
+    std::vector<double> s(N);
+    for (int n = 0; n < N; n++) {
+        double a = 0;
+        for (int k = 0; k < K; k++)
+            a += (double)x[k] * (g ? g[k] : 1.0f) * check::from_bf16(w[(size_t)n * K + k]);
+        s[n] = a * inv + (bias ? bias[n] : 0.0);
+    }
+    auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+    const int outs = act == 2 ? N / 2 : N;
+    std::vector<double> y(outs);
+    for (int i = 0; i < outs; i++) {
+        const double v = act == 2 ? silu(s[2 * i]) * s[2 * i + 1] : act == 1 ? silu(s[i]) : s[i];
+        y[i] = v + (res ? res[i] : 0.0);
+    }
+    return y;
+}
