@@ -46,6 +46,10 @@ if [ -z "${QWEN3_TTS_CUDA_LIB_DIRS:-}" ]; then
     export QWEN3_TTS_CUDA_LIB_DIRS="$nvrtc_dir"
 fi
 
+# A fresh build gains nothing from incremental state, which would double the workspace's
+# share of the disk (a full disk makes the linker die with SIGBUS).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # the API docs build without broken or private links
