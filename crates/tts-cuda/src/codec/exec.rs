@@ -53,8 +53,8 @@ const DEFAULT_SMEM: usize = 48 << 10;
 
 /// `codec_final`'s samples per block (the largest power of two up to 64 that divides the
 /// frame's `rate` and whose window of `c` channels and the `k` taps' weights fit the
-/// default shared memory) and those bytes.
-fn final_tile(rate: usize, c: usize, k: usize) -> (usize, usize) {
+/// default shared memory) and those bytes (public for the emulated kernel tests).
+pub fn final_tile(rate: usize, c: usize, k: usize) -> (usize, usize) {
     let smem = |t: usize| ((t + k - 1) * (c + 1) + k * c) * 4;
     let tile = [64, 32, 16, 8, 4, 2]
         .into_iter()
@@ -152,21 +152,16 @@ pub(super) fn fold_at(
     fold_into_gemm(ops, at, inter).filter(|f| gemv_fits(frames, f.k, f.ldw, f.ldx, f.w, f.x.off))
 }
 
-/// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
-/// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing); W at `w`
-/// is f32, or f16 when `half` (the arena's f16 copy).
-fn codec_gemv(
-    gpu: &Gpu,
-    ((w, half), ldw, n, k): ((u64, bool), usize, usize, usize),
-    (x, ldx): (u64, usize),
-    (c, ldc): (u64, usize),
+/// The `codec_gemv` entry point for `steps` (1..=`GEMV_MAX_STEPS`) steps of an `n × k`
+/// GEMM (`half`: over f16 weights) on `sm_count` multiprocessors, its K split and its
+/// blocks of 256 threads (public for the emulated kernel tests).
+pub fn gemv_choice(
     steps: usize,
-    beta: f32,
-    (pro, g, eps): (i32, u64, f32),
-) -> Result<(), CudaError> {
-    if steps == 0 {
-        return Ok(());
-    }
+    n: usize,
+    k: usize,
+    half: bool,
+    sm_count: usize,
+) -> (&'static str, usize, usize) {
     let bucket = crate::linear::gemv_bucket(steps);
     let name = if half {
         [
@@ -188,7 +183,7 @@ fn codec_gemv(
     // leave a ragged last wave; measured on the H200, bench/results/2026-12-01-h200-codec).
     let passes = k.div_ceil(128);
     let per_sm = if passes >= 16 { 4 } else { 2 };
-    let want = per_sm * gpu.sm_count as usize;
+    let want = per_sm * sm_count;
     // output rows a block takes without a K split: 8 warps of 2 rows, or of 8 at 8 steps
     // (`CgShape` in codec_gemv.cu)
     let rows = if bucket == 3 { 64 } else { 16 };
@@ -196,9 +191,28 @@ fn codec_gemv(
         .into_iter()
         .find(|&s| s == 8 || s >= passes || n.div_ceil(rows / s) >= want)
         .unwrap_or(8);
+    (name, ksplit, n.div_ceil(rows / ksplit))
+}
+
+/// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
+/// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing); W at `w`
+/// is f32, or f16 when `half` (the arena's f16 copy).
+fn codec_gemv(
+    gpu: &Gpu,
+    ((w, half), ldw, n, k): ((u64, bool), usize, usize, usize),
+    (x, ldx): (u64, usize),
+    (c, ldc): (u64, usize),
+    steps: usize,
+    beta: f32,
+    (pro, g, eps): (i32, u64, f32),
+) -> Result<(), CudaError> {
+    if steps == 0 {
+        return Ok(());
+    }
+    let (name, ksplit, blocks) = gemv_choice(steps, n, k, half, gpu.sm_count as usize);
     gpu.launch(
         name,
-        grid(n.div_ceil(rows / ksplit)),
+        grid(blocks),
         256,
         &[
             Arg::P(w),

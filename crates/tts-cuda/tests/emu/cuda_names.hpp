@@ -3,6 +3,8 @@
 // runtime (included by it; see there).
 #pragma once
 
+#include <string>
+
 #define EMU_CUDA 1
 #define __global__
 #define __device__
@@ -13,9 +15,15 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ thread_local
 #define __constant__
-// PDL and prefetches do nothing here; any other PTX stops the run where it is reached.
+// PDL and prefetches do nothing here; nor does waiting for every cp.async copy (codec.cu's
+// attention: the emulated copies complete when issued); any other PTX stops the run where
+// it is reached.
 #define EMU_ASM_NOP(...) ((void)0)
-#define EMU_ASM(...) emu::fail("PTX that is not emulated: " #__VA_ARGS__)
+#define EMU_ASM(...) emu_asm(#__VA_ARGS__)
+inline void emu_asm(const char* text) {
+    if (std::strncmp(text, "\"cp.async.wait_all;\"", 20) == 0) return;
+    emu::fail((std::string("PTX that is not emulated: ") + text).c_str());
+}
 
 #define threadIdx (emu::fib().tid)
 #define blockIdx (emu::blk().idx)
@@ -252,3 +260,52 @@ inline float ld_cluster_rank(unsigned a, unsigned rank) {
     std::memcpy(&v, emu::shared_ptr(cluster_map(a, rank)), 4);
     return v;
 }
+
+// ---- twins of PTX helpers that kernel sources define themselves: the f16 conversions
+// (common.cuh's half_bits_to_f32, codec.cu's f2h_sat) and codec.cu's 16-byte cp.async
+// (codec_cp16). An `asm` statement's operands cannot be reached here, so each helper's name
+// becomes a call with one more argument, EmuTwin(): at a call it is an EmuTwin value, which
+// only the twin below takes; in the source's own definition it declares an unnamed
+// parameter (a pointer to a function returning EmuTwin), so that definition, whose `asm`
+// cannot run here, still compiles but is never chosen.
+struct EmuTwin {};
+// f32 of the IEEE half bit pattern in the low 16 bits of h (exact).
+inline float half_bits_to_f32(unsigned int h, EmuTwin) {
+    const unsigned s = h >> 15 & 1u, e = h >> 10 & 31u, m = h & 1023u;
+    unsigned u;
+    if (e == 31) {
+        u = s << 31 | 0x7f800000u | m << 13;  // inf, NaN
+    } else if (e != 0) {
+        u = s << 31 | (e + 112) << 23 | m << 13;
+    } else {
+        const float f = std::ldexp((float)m, -24);  // zero or subnormal: exact in f32
+        return s ? -f : f;
+    }
+    return __uint_as_float(u);
+}
+// f2h_sat: the source's clamp to ±65504 (the whole helper is replaced, so it is repeated
+// here), then cvt.rn.f16.f32: the nearest f16, ties to even.
+inline unsigned short f2h_sat(float f, EmuTwin) {
+    f = std::fmin(std::fmax(f, -65504.0f), 65504.0f);
+    unsigned u = __float_as_uint(f);
+    const unsigned sign = u >> 16 & 0x8000u;
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);  // NaN
+    if (u < 113u << 23) {
+        // below 2^-14, f16 subnormal or zero: 0.5 + |f| puts its f16 quanta (2^-24) in the
+        // last bits of the sum's mantissa, rounded to nearest even
+        const float magic = __uint_as_float(126u << 23);
+        return (unsigned short)(sign | (__float_as_uint(__uint_as_float(u) + magic) - (126u << 23)));
+    }
+    // normal: rebias the exponent, round the 13 bits dropped to nearest even
+    u += ((15u - 127u) << 23) + 0xfffu + (u >> 13 & 1u);
+    return (unsigned short)(sign | u >> 13);
+}
+// codec_cp16: 16 bytes into shared memory, complete at once.
+inline void codec_cp16(void* dst, const void* src, EmuTwin) {
+    if (((uintptr_t)dst & 15u) || ((uintptr_t)src & 15u)) emu::fail("a cp.async of 16 bytes that is not 16-byte aligned");
+    std::memcpy(dst, src, 16);
+}
+#define half_bits_to_f32(...) half_bits_to_f32(__VA_ARGS__, EmuTwin())
+#define f2h_sat(...) f2h_sat(__VA_ARGS__, EmuTwin())
+#define codec_cp16(...) codec_cp16(__VA_ARGS__, EmuTwin())
