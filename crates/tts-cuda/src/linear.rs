@@ -28,8 +28,8 @@ pub use crate::routing::{
 use norm_chain::{NormChain, NormRows};
 use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
 pub use staged::{
-    staged_mma_plan, staged_mma_smem, staged_plan, StagedPlan, STAGED_MAX_SMEM, STAGED_MMA_KERNELS,
-    STAGED_MMA_MAX_SMEM,
+    staged_mma_kernel, staged_mma_plan, staged_mma_smem, staged_plan, StagedPlan, STAGED_MAX_SMEM,
+    STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
 };
 pub use tile::{tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS};
 

@@ -210,6 +210,58 @@ fn i(v: usize) -> Arg {
     Arg::I(v as i32)
 }
 
+/// The two launches of a convolution ([`launch`]): `codec_act_h`'s blocks (of 256 threads),
+/// then the GEMM kernel, its outputs per tile (4 threads each), dynamic shared memory and
+/// blocks. Public for the emulated kernel tests, which launch on these plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvPlan {
+    pub act_blocks: usize,
+    pub kernel: &'static str,
+    pub outputs_per_tile: usize,
+    pub smem: usize,
+    pub blocks: usize,
+}
+
+/// The plan of a convolution of `steps` steps over `rows` rows, `n` outputs (`hist`: the
+/// layer keeps a history; `window`, `resident`: [`ConvLaunch`]'s), on `sm_count`
+/// multiprocessors.
+pub fn plan(
+    (steps, rows): (usize, usize),
+    (cin, taps, dil, rate): (usize, usize, usize, usize),
+    n: usize,
+    hist: bool,
+    (window, resident): (bool, bool),
+    sm_count: usize,
+) -> ConvPlan {
+    let ctx = (taps - 1) * dil;
+    let hist_blocks = if hist { rows * ctx } else { 0 };
+    // eight channels per thread (cin % 32 == 0 here: `fits`)
+    let octets = cin / 8;
+    let act_blocks = (steps * octets).div_ceil(THREADS as usize)
+        + (rows * ctx * octets).div_ceil(THREADS as usize)
+        + hist_blocks;
+    let resident = window && resident && resident_fits(rate, cin, taps, ctx, n);
+    let (kernel, bn, smem) = if resident {
+        ("codec_conv_win96r", 96, resident_smem(cin, taps, ctx))
+    } else if window && window_fits(rate, cin, ctx, n) {
+        let (name, bn) = window_tiling(n);
+        (name, bn, window_smem(cin, ctx, bn))
+    } else {
+        let (name, bn) = tiling(n);
+        (name, bn, smem_bytes(bn))
+    };
+    let tiles = steps.div_ceil(TILE_STEPS) * n.div_ceil(bn);
+    // the resident kernel: one block per multiprocessor, each taking every gridDim-th tile
+    let blocks = if resident { tiles.min(sm_count) } else { tiles };
+    ConvPlan {
+        act_blocks,
+        kernel,
+        outputs_per_tile: bn,
+        smem,
+        blocks,
+    }
+}
+
 /// Enqueues the two launches of one convolution (shapes already checked with `fits`;
 /// sizes were checked against `i32::MAX` when the codec was built); returns the GEMM
 /// kernel's name (none for an empty pass).
@@ -217,16 +269,18 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaErr
     if l.steps == 0 {
         return Ok(None);
     }
-    let ctx = (l.taps - 1) * l.dil;
-    let hist_blocks = if l.hist.is_some() { l.rows * ctx } else { 0 };
+    let p = plan(
+        (l.steps, l.rows),
+        (l.cin, l.taps, l.dil, l.rate),
+        l.n,
+        l.hist.is_some(),
+        (l.window, l.resident),
+        gpu.sm_count as usize,
+    );
     let hist = Arg::I(l.hist.map_or(-1, |h| h as i32));
-    // eight channels per thread (cin % 32 == 0 here: `fits`)
-    let octets = l.cin / 8;
-    let act_blocks = (l.steps * octets).div_ceil(THREADS as usize)
-        + (l.rows * ctx * octets).div_ceil(THREADS as usize);
     gpu.launch(
         "codec_act_h",
-        ((act_blocks + hist_blocks) as u32, 1, 1),
+        (p.act_blocks as u32, 1, 1),
         THREADS,
         &[
             Arg::P(l.x),
@@ -248,29 +302,12 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaErr
             Arg::P(l.xh),
         ],
     )?;
-    let resident = l.window && l.resident && resident_fits(l.rate, l.cin, l.taps, ctx, l.n);
-    let (name, bn, smem) = if resident {
-        ("codec_conv_win96r", 96, resident_smem(l.cin, l.taps, ctx))
-    } else if l.window && window_fits(l.rate, l.cin, ctx, l.n) {
-        let (name, bn) = window_tiling(l.n);
-        (name, bn, window_smem(l.cin, ctx, bn))
-    } else {
-        let (name, bn) = tiling(l.n);
-        (name, bn, smem_bytes(bn))
-    };
-    gpu.allow_dynamic_smem(name, smem)?;
-    let tiles = l.steps.div_ceil(TILE_STEPS) * l.n.div_ceil(bn);
-    // the resident kernel: one block per multiprocessor, each taking every gridDim-th tile
-    let blocks = if resident {
-        tiles.min(gpu.sm_count as usize)
-    } else {
-        tiles
-    };
+    gpu.allow_dynamic_smem(p.kernel, p.smem)?;
     gpu.launch_with(
-        name,
-        (blocks as u32, 1, 1),
-        4 * bn as u32,
-        smem as u32,
+        p.kernel,
+        (p.blocks as u32, 1, 1),
+        4 * p.outputs_per_tile as u32,
+        p.smem as u32,
         &[
             Arg::P(l.xh),
             i(l.cin),
@@ -291,7 +328,7 @@ pub fn launch(gpu: &Gpu, l: &ConvLaunch) -> Result<Option<&'static str>, CudaErr
             Arg::P(l.post.map_or(0, |p| p.2)),
         ],
     )?;
-    Ok(Some(name))
+    Ok(Some(p.kernel))
 }
 
 #[cfg(test)]
@@ -336,6 +373,34 @@ mod tests {
         assert!(!resident_fits(160, 96, 7, 54, 96), "frames not whole tiles");
         assert!(!resident_fits(1920, 384, 7, 54, 96), "weights too large");
         assert!(!window_fits(128, 1536, 54, 96), "window too large");
+    }
+
+    #[test]
+    fn plan_follows_the_layer() {
+        // the last block's residual units: resident weights, one block per multiprocessor
+        let p = plan((3 * 1920, 3), (96, 7, 9, 1920), 96, true, (true, true), 132);
+        assert_eq!(
+            (p.kernel, p.outputs_per_tile, p.blocks),
+            ("codec_conv_win96r", 96, 45)
+        );
+        assert_eq!(p.smem, resident_smem(96, 7, 54));
+        assert_eq!(p.act_blocks, 270 + 8 + 3 * 54);
+        let p = plan((3 * 1920, 3), (96, 7, 9, 1920), 96, true, (true, true), 8);
+        assert_eq!(p.blocks, 8);
+        // the block before: two window tiles per 128 steps
+        let p = plan((640, 1), (192, 7, 3, 640), 192, true, (true, true), 132);
+        assert_eq!((p.kernel, p.blocks), ("codec_conv_win96", 10));
+        // frames that are not whole tiles, or the window off: the per-tap kernel
+        let p = plan((160, 4), (768, 7, 9, 32), 768, true, (true, true), 132);
+        assert_eq!(
+            (p.kernel, p.blocks, p.smem),
+            ("codec_conv_mma64", 24, smem_bytes(64))
+        );
+        let p = plan((640, 1), (192, 2, 1, 640), 288, true, (false, true), 132);
+        assert_eq!(
+            (p.kernel, p.outputs_per_tile, p.blocks),
+            ("codec_conv_mma32", 32, 45)
+        );
     }
 
     #[test]

@@ -39,7 +39,9 @@ use tts_model::Frame;
 
 use crate::device::{GemmType, Gpu, Graph};
 use crate::error::CudaError;
-pub use conv::{launch as launch_implicit_conv, ConvLaunch, ImplicitConv};
+pub use conv::{
+    launch as launch_implicit_conv, plan as conv_plan, ConvLaunch, ConvPlan, ImplicitConv,
+};
 pub use exec::{final_tile, gemv_choice};
 use exec::{DevBufs, GemmMode};
 use plan::{Buf, Program};

@@ -57,8 +57,9 @@ pub const STAGED_MMA_KERNELS: [(&str, usize); 3] = [
 /// Most m16 row tiles a `mma_staged.cu` block owns (`MS_MAX_RT`).
 pub(super) const STAGED_MMA_MAX_TILES: usize = 3;
 
-/// `mma_staged.cu`'s entry for `m` rows: (name, row tiles of 8 per group).
-pub(super) fn staged_mma_kernel(m: usize) -> (&'static str, usize) {
+/// `mma_staged.cu`'s entry for `m` rows: (name, row tiles of 8 per group). Public for the
+/// emulated kernel tests.
+pub fn staged_mma_kernel(m: usize) -> (&'static str, usize) {
     match m {
         0..=8 => STAGED_MMA_KERNELS[0],
         9..=16 => STAGED_MMA_KERNELS[1],

@@ -15,13 +15,14 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ thread_local
 #define __constant__
-// PDL and prefetches do nothing here; nor does waiting for every cp.async copy (codec.cu's
-// attention: the emulated copies complete when issued); any other PTX stops the run where
-// it is reached.
+// PDL and prefetches do nothing here; nor do closing a group of cp.async copies and
+// waiting for them (codec.cu's attention, codec_conv.cu's pipelines: the emulated copies
+// complete when issued); any other PTX stops the run where it is reached.
 #define EMU_ASM_NOP(...) ((void)0)
 #define EMU_ASM(...) emu_asm(#__VA_ARGS__)
 inline void emu_asm(const char* text) {
-    if (std::strncmp(text, "\"cp.async.wait_all;\"", 20) == 0) return;
+    for (const char* done : {"\"cp.async.wait_all;", "\"cp.async.commit_group;", "\"cp.async.wait_group "})
+        if (std::strncmp(text, done, std::strlen(done)) == 0) return;
     emu::fail((std::string("PTX that is not emulated: ") + text).c_str());
 }
 
@@ -309,3 +310,7 @@ inline void codec_cp16(void* dst, const void* src, EmuTwin) {
 #define half_bits_to_f32(...) half_bits_to_f32(__VA_ARGS__, EmuTwin())
 #define f2h_sat(...) f2h_sat(__VA_ARGS__, EmuTwin())
 #define codec_cp16(...) codec_cp16(__VA_ARGS__, EmuTwin())
+
+// the warp-level tensor-core helpers (ldmatrix, mma.sync) and codec_conv.cu's shared-memory
+// address and copy
+#include "mma_twins.hpp"

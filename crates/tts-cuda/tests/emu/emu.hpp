@@ -13,9 +13,11 @@
 //
 // Exited threads no longer count at block barriers (as on Volta and later). Warp exchanges
 // expect the live lanes of their mask, one exchange at a time per warp (two groups of lanes
-// exchanging under disjoint masks at once are not emulated). Not emulated: timing, memory
-// ordering between blocks (a block runs until it waits), texture and tensor-core
-// instructions (an `asm` statement other than PDL's and prefetches stops the run when it is
+// exchanging under disjoint masks at once are not emulated). Warp-level tensor-core
+// instructions (ldmatrix, mma.sync) run as twins of the helpers that issue them
+// (mma_twins.hpp). Not emulated: timing, memory ordering between blocks (a block runs until
+// it waits), texture instructions and Hopper's wgmma (an `asm` statement other than PDL's,
+// prefetches and cp.async groups, outside a helper with a twin, stops the run when it is
 // reached).
 #pragma once
 

@@ -11,7 +11,9 @@ mod common;
 
 mod attention;
 mod codec;
+mod conv;
 mod linear;
+mod mma;
 mod sampling;
 
 use std::path::{Path, PathBuf};
@@ -27,10 +29,11 @@ fn emu_dir() -> PathBuf {
 }
 
 /// A kernel source as C++: the `asm` statements of PDL and prefetches become no-ops, every
-/// other one a call that stops the run if it is reached, unless it only waits for cp.async
-/// copies (which complete when issued here); the PTX helpers that matter have emulated
-/// twins in emu.hpp and cuda_names.hpp. Each `extern __shared__` array becomes a pointer to
-/// the launch's dynamic shared memory.
+/// other one a call that stops the run if it is reached, unless it only closes or waits for
+/// groups of cp.async copies (which complete when issued here); the PTX helpers that matter
+/// (f16 conversions, cp.async, ldmatrix and mma.sync) have emulated twins in
+/// cuda_names.hpp and mma_twins.hpp. Each `extern __shared__` array becomes a pointer to the
+/// launch's dynamic shared memory.
 fn as_cpp(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     for line in src.lines() {

@@ -1,0 +1,4 @@
+// The implicit-GEMM convolutions of kernels_emulated/conv.rs's per-tap test (see conv_implicit.hpp).
+#include "conv_implicit.hpp"
+
+int main(int argc, char** argv) { return conv_main(argc, argv); }
