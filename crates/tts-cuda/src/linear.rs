@@ -31,7 +31,9 @@ pub use staged::{
     staged_mma_kernel, staged_mma_plan, staged_mma_smem, staged_plan, StagedPlan, STAGED_MAX_SMEM,
     STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
 };
-pub use tile::{tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS};
+pub use tile::{
+    tile_kernel, tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS,
+};
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
 /// layer the same weights as E4M3 codes with row scales.
@@ -394,12 +396,7 @@ pub fn linear_then(
         return tile::tile(gpu, l, &call, scratch, usable.unwrap_or(want), next);
     }
     if path == LinearPath::TensorCores {
-        let (name, tile) = match m {
-            0..=8 => ("mma_linear_t1", 8),
-            9..=16 => ("mma_linear_t2", 16),
-            17..=32 => ("mma_linear_t4", 32),
-            _ => ("mma_linear_t8", 64),
-        };
+        let (name, tile) = mma_entry(m);
         return gpu.launch(
             name,
             ((l.n / 16) as u32, m.div_ceil(tile) as u32, 1),
@@ -482,34 +479,58 @@ pub const fn wide_chunk_smem(mt: usize) -> usize {
     2080 * mt + 256
 }
 
-/// One launch of `wide.cu` for up to 64 rows: clusters of `wide_split` blocks per output
-/// tile.
-fn wide(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
-    let m = c.x.count;
-    let splits = wide_split(l.n, l.k)
-        .ok_or_else(|| CudaError::Shape(format!("wide linear cannot take {}x{}", l.n, l.k)))?;
+/// One launch of `wide.cu` ([`wide_plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WidePlan {
+    pub kernel: &'static str,
+    /// Row tiles of 8 the entry holds.
+    pub row_tiles: usize,
+    /// Blocks per cluster, each taking a K slice (1: no cluster).
+    pub splits: usize,
+    /// Chunks of 32 columns staged at a time.
+    pub chunks: usize,
+    /// Dynamic shared memory bytes.
+    pub smem: usize,
+}
+
+/// `wide.cu`'s launch for `m` (up to 64) rows of an `n × k` weight: clusters of
+/// `wide_split` blocks per output tile, the whole K slice staged at once or what fits
+/// [`WIDE_SMEM`] (the same space later holds the block's partial tile when S > 1).
+pub fn wide_plan(n: usize, k: usize, m: usize) -> Result<WidePlan, CudaError> {
+    let splits = wide_split(n, k)
+        .ok_or_else(|| CudaError::Shape(format!("wide linear cannot take {n}x{k}")))?;
     let mt = match m {
         0..=16 => 2,
         17..=32 => 4,
         _ => 8,
     };
-    let name = WIDE_KERNELS
+    let kernel = WIDE_KERNELS
         .iter()
         .find(|&&(_, t)| t == mt)
         .filter(|_| m <= MMA_MAX_ROWS)
         .map(|&(name, _)| name)
         .ok_or_else(|| CudaError::Shape(format!("no wide linear kernel for {m} rows")))?;
-    // chunks of 32 columns staged at a time: the whole slice, or what fits WIDE_SMEM; the
-    // same space later holds the block's partial tile (S > 1)
-    let cps = (l.k / splits / 32).min(WIDE_SMEM / wide_chunk_smem(mt));
-    let smem = (cps * wide_chunk_smem(mt)).max(WIDE_N * (8 * mt + 1) * 4) as u32;
+    let chunks = (k / splits / 32).min(WIDE_SMEM / wide_chunk_smem(mt));
+    let smem = (chunks * wide_chunk_smem(mt)).max(WIDE_N * (8 * mt + 1) * 4);
+    Ok(WidePlan {
+        kernel,
+        row_tiles: mt,
+        splits,
+        chunks,
+        smem,
+    })
+}
+
+/// One launch of `wide.cu` for up to 64 rows.
+fn wide(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
+    let p = wide_plan(l.n, l.k, c.x.count)?;
     let mut args = row_kernel_args(l, c).to_vec();
-    args.push(Arg::I(cps as i32));
-    let grid = (splits as u32, (l.n / WIDE_N) as u32, 1);
-    if splits == 1 {
-        gpu.launch_with(name, grid, 256, smem, &args)
+    args.push(Arg::I(p.chunks as i32));
+    let grid = (p.splits as u32, (l.n / WIDE_N) as u32, 1);
+    if p.splits == 1 {
+        gpu.launch_with(p.kernel, grid, 256, p.smem as u32, &args)
     } else {
-        gpu.launch_cluster(name, grid, 256, smem, splits as u32, &args)
+        gpu.launch_cluster(p.kernel, grid, 256, p.smem as u32, p.splits as u32, &args)
     }
 }
 
@@ -524,17 +545,32 @@ pub const fn cluster_smem(tile: usize, slice: usize) -> usize {
 /// The most a cluster linear block asks for: 64 rows of the widest slice.
 pub const CLUSTER_MAX_SMEM: usize = cluster_smem(MMA_MAX_ROWS, CLUSTER_MAX_SLICE);
 
+/// `mma_cluster.cu`'s entry for `m` rows and the rows it pads them to.
+pub fn cluster_entry(m: usize) -> (&'static str, usize) {
+    match m {
+        0..=8 => ("mma_cluster_t1", 8),
+        9..=16 => ("mma_cluster_t2", 16),
+        17..=32 => ("mma_cluster_t4", 32),
+        _ => ("mma_cluster_t8", 64),
+    }
+}
+
+/// `mma.cu`'s entry for `m` rows and the rows one of its blocks covers.
+pub fn mma_entry(m: usize) -> (&'static str, usize) {
+    match m {
+        0..=8 => ("mma_linear_t1", 8),
+        9..=16 => ("mma_linear_t2", 16),
+        17..=32 => ("mma_linear_t4", 32),
+        _ => ("mma_linear_t8", 64),
+    }
+}
+
 /// One launch of `mma_cluster.cu` for up to 64 rows.
 fn cluster(gpu: &Gpu, l: &Linear, c: &RowCall) -> Result<(), CudaError> {
     let m = c.x.count;
     let cs = cluster_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("cluster linear cannot take {}x{}", l.n, l.k)))?;
-    let (name, tile) = match m {
-        0..=8 => ("mma_cluster_t1", 8),
-        9..=16 => ("mma_cluster_t2", 16),
-        17..=32 => ("mma_cluster_t4", 32),
-        _ => ("mma_cluster_t8", 64),
-    };
+    let (name, tile) = cluster_entry(m);
     let smem = cluster_smem(tile, l.k / cs);
     gpu.launch_reading(
         (l.w.ptr, l.bf16_bytes()),

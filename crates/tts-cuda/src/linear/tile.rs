@@ -32,6 +32,18 @@ pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
     ("tile_wg_linear_t8", 8),
 ];
 
+/// The entry point a call of `m` rows launches: (name, row tiles of 8) of [`TILE_KERNELS`],
+/// or of [`TILE_WG_KERNELS`] with `wg` (`paths.tile_wg`): the fewest row tiles that hold
+/// `m` (up to 64).
+pub fn tile_kernel(m: usize, wg: bool) -> (&'static str, usize) {
+    let entries = if wg { TILE_WG_KERNELS } else { TILE_KERNELS };
+    match m {
+        0..=16 => entries[0],
+        17..=32 => entries[1],
+        _ => entries[2],
+    }
+}
+
 /// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline
 /// ([`tile_wg_stages`] stages of `tile.cu`'s size), up to 1024 bytes to start its tiles on
 /// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
@@ -70,12 +82,7 @@ pub(super) fn tile(
     let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
     let wg = scratch.paths.tile_wg;
-    let entries = if wg { TILE_WG_KERNELS } else { TILE_KERNELS };
-    let (name, mt) = match m {
-        0..=16 => entries[0],
-        17..=32 => entries[1],
-        _ => entries[2],
-    };
+    let (name, mt) = tile_kernel(m, wg);
     let mut args = split_rows_args(l, scratch.split_buf(input.buf), c).to_vec();
     let out = wg
         .then(|| chain_to(gpu, l, c, scratch, input, next))

@@ -314,3 +314,5 @@ inline void codec_cp16(void* dst, const void* src, EmuTwin) {
 // the warp-level tensor-core helpers (ldmatrix, mma.sync) and codec_conv.cu's shared-memory
 // address and copy
 #include "mma_twins.hpp"
+#include "wgmma_twins.hpp"
+#include "cluster_twins.hpp"

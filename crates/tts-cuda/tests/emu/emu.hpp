@@ -13,12 +13,12 @@
 //
 // Exited threads no longer count at block barriers (as on Volta and later). Warp exchanges
 // expect the live lanes of their mask, one exchange at a time per warp (two groups of lanes
-// exchanging under disjoint masks at once are not emulated). Warp-level tensor-core
-// instructions (ldmatrix, mma.sync) run as twins of the helpers that issue them
-// (mma_twins.hpp). Not emulated: timing, memory ordering between blocks (a block runs until
-// it waits), texture instructions and Hopper's wgmma (an `asm` statement other than PDL's,
-// prefetches and cp.async groups, outside a helper with a twin, stops the run when it is
-// reached).
+// exchanging under disjoint masks at once are not emulated). Tensor-core instructions run
+// as twins of the helpers that issue them: ldmatrix and mma.sync (mma_twins.hpp), Hopper's
+// wgmma with its shared-memory descriptors (wgmma_twins.hpp). Not emulated: timing, memory
+// ordering between blocks (a block runs until it waits) and texture instructions (an `asm`
+// statement other than PDL's, prefetches and cp.async groups, outside a helper with a twin,
+// stops the run when it is reached).
 #pragma once
 
 #include <ucontext.h>

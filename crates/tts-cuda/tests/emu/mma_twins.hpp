@@ -5,7 +5,7 @@
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 mma_staged.cu ms_mma, mma.cu mma_bf16
 //   cvt.rn.bf16x2.f32                                   mma_staged.cu ms_pack
 //   cvta.to.shared.u64, cp.async.cg (16 bytes, src-size) codec_conv.cu conv_smem, conv_cp16
-// Hopper's wgmma (tile_wg.cu) is not emulated.
+// Hopper's wgmma (tile_wg.cu) has its twins in wgmma_twins.hpp.
 //
 // The warp-collective ones (ldmatrix, mma) need the other lanes' registers: every lane of
 // the warp publishes its operands in a per-warp slot and meets the others at a warp
@@ -157,7 +157,7 @@ inline void mma_bf16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a
                      EmuTwin) {
     emu_mma::mma_m16n8k16<true>(c, a0, a1, a2, a3, b0, b1);
 }
-// tile.cu (its sm_90 section, which the emulator does not compile)
+// tile.cu (its sm_90 section, compiled for the tile_wg tests: main.rs's SM90A_SOURCES)
 inline void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, EmuTwin) {
     unsigned r[4];
     emu_mma::ldsm_x4(addr, r);

@@ -10,11 +10,13 @@
 mod common;
 
 mod attention;
+mod batched;
 mod codec;
 mod conv;
 mod linear;
 mod mma;
 mod sampling;
+mod tile_wg;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,9 +33,10 @@ fn emu_dir() -> PathBuf {
 /// A kernel source as C++: the `asm` statements of PDL and prefetches become no-ops, every
 /// other one a call that stops the run if it is reached, unless it only closes or waits for
 /// groups of cp.async copies (which complete when issued here); the PTX helpers that matter
-/// (f16 conversions, cp.async, ldmatrix and mma.sync) have emulated twins in
-/// cuda_names.hpp and mma_twins.hpp. Each `extern __shared__` array becomes a pointer to the
-/// launch's dynamic shared memory.
+/// (f16 conversions, cp.async, ldmatrix and mma.sync, wgmma) have emulated twins in
+/// cuda_names.hpp, mma_twins.hpp and wgmma_twins.hpp. Each `extern __shared__` array becomes
+/// a pointer to the launch's dynamic shared memory. Architecture sections are left as they
+/// are (see [`unit_source`]).
 fn as_cpp(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     for line in src.lines() {
@@ -47,6 +50,27 @@ fn as_cpp(src: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Kernel sources whose sm_90a sections the emulator compiles (every PTX helper in them has
+/// a twin): tile.cu's `#if __CUDA_ARCH__ >= 900` helpers, tile_wg.cu's
+/// `#if defined(__CUDA_ARCH_FEAT_SM90_ALL)` wgmma code, wide.cu's K split over a cluster
+/// and mma_cluster.cu (cluster_twins.hpp). The unit defines `__CUDA_ARCH__`
+/// (900) and `__CUDA_ARCH_FEAT_SM90_ALL` around these files only, so the arch sections of
+/// common.cuh (whose helpers cuda_names.hpp replaces) and of the other files stay off.
+const SM90A_SOURCES: &[&str] = &["tile.cu", "tile_wg.cu", "wide.cu", "mma_cluster.cu"];
+
+/// Kernel file `name` as the unit's C++: [`as_cpp`], between the sm_90a macros for
+/// [`SM90A_SOURCES`].
+fn unit_source(name: &str, src: &str) -> String {
+    let cpp = as_cpp(src);
+    if !SM90A_SOURCES.contains(&name) {
+        return cpp;
+    }
+    format!(
+        "#define __CUDA_ARCH__ 900\n#define __CUDA_ARCH_FEAT_SM90_ALL 1\n{cpp}\
+         #undef __CUDA_ARCH__\n#undef __CUDA_ARCH_FEAT_SM90_ALL\n"
+    )
 }
 
 /// `extern __shared__ [__align__(n)] T name[];` as `T* name = (T*)emu::dynamic_smem();`.
@@ -90,7 +114,7 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) -> Op
     );
     for (name, src) in SOURCES {
         if *name == "common.cuh" || files.contains(name) {
-            unit.push_str(&format!("// ---- {name}\n{}", as_cpp(src)));
+            unit.push_str(&format!("// ---- {name}\n{}", unit_source(name, src)));
         }
     }
     for f in files {
@@ -163,4 +187,11 @@ fn sources_become_cpp() {
         as_cpp("    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));"),
         "    EMU_ASM(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
     );
+    // the sm_90a macros around tile_wg.cu only
+    assert_eq!(
+        unit_source("tile_wg.cu", "int x;"),
+        "#define __CUDA_ARCH__ 900\n#define __CUDA_ARCH_FEAT_SM90_ALL 1\nint x;\n\
+         #undef __CUDA_ARCH__\n#undef __CUDA_ARCH_FEAT_SM90_ALL\n"
+    );
+    assert_eq!(unit_source("gemv.cu", "int x;"), "int x;\n");
 }

@@ -1,0 +1,169 @@
+//! `tile_wg.cu` (Hopper's warpgroup MMA: the talker's batched linear layers at 2..32 rows and
+//! the prefill, the default batched path on the H200) through the emulator's wgmma twins
+//! (`emu/wgmma_twins.hpp`), its sm_90a sections compiled as `SM90A_SOURCES` says: the twins
+//! against hand-built tiles first, then the kernels on the backend's launch plans.
+
+use crate::run_emulated;
+use tts_cuda::linear::{tile_kernel, tile_split, tile_wg_smem, TILE_N};
+
+/// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue).
+const FILES: &[&str] = &["tile.cu", "tile_wg.cu"];
+
+/// The twins against layouts written out independently in the driver (`emu/wgmma_twins.cpp`):
+/// the source's descriptor encoding, the m64n{32,64,128}k16 products through the 128-byte
+/// swizzle and the four k16 steps onto the accumulator layout, the descriptor forms that
+/// must stop a run, and distributed shared-memory stores.
+#[test]
+fn wgmma_twins_follow_the_ptx_layouts() {
+    run_emulated(
+        "wgmma_twins_follow_the_ptx_layouts",
+        "wgmma_twins.cpp",
+        FILES,
+        &[],
+    );
+}
+
+/// The talker's matrices (hidden 2048): (n, k).
+const QKV: (usize, usize) = (4096, 2048);
+const O: (usize, usize) = (2048, 2048);
+const GATE_UP: (usize, usize) = (12288, 2048);
+const DOWN: (usize, usize) = (2048, 6144);
+
+/// What a call passes besides the rows (`emu/wgmma_tile.cpp`'s flags, in its order).
+#[derive(Clone, Copy, Default)]
+struct Call {
+    /// 0 none, 1 SiLU, 2 SwiGLU pairs.
+    act: usize,
+    bias: bool,
+    res: bool,
+    /// The residual is y itself (the talker's O and down add it in place).
+    in_place: bool,
+    /// The rows' norm deferred to this layer (`TileChain::ss_in`).
+    ss_in: bool,
+    /// The next layer's split rows written (`xo`), with its norm gains (`xo_g`) and each
+    /// row's Σ y² by block (`ss_out`).
+    xo: bool,
+    xo_g: bool,
+    ss_out: bool,
+    /// Rows 0 and 1 alone again: the same bits.
+    again: bool,
+}
+
+/// The driver's arguments for `shape` at `m` rows on the launch the backend makes
+/// (`linear::tile`): the entry point `tile_kernel` picks, `tile_split`'s cluster size,
+/// `n / 128` column blocks and `tile_wg_smem`.
+fn case(args: &mut Vec<String>, shape: (usize, usize), m: usize, call: Call) {
+    let (n, k) = shape;
+    assert!(n % TILE_N == 0);
+    let splits = tile_split(n, k).unwrap_or_else(|| panic!("tile_wg takes {n}x{k}"));
+    let (name, mt) = tile_kernel(m, true);
+    assert!(m <= 8 * mt);
+    args.push(name.to_string());
+    let fields = [n, k, m, splits, tile_wg_smem(mt), call.act];
+    let flags = [
+        call.bias,
+        call.res,
+        call.in_place,
+        call.ss_in,
+        call.xo,
+        call.xo_g,
+        call.ss_out,
+        call.again,
+    ];
+    args.extend(fields.iter().map(|v| v.to_string()));
+    args.extend(flags.iter().map(|&f| usize::from(f).to_string()));
+}
+
+/// One talker step's four layers on `tile_wg_linear_t2` (3 and 16 rows), with the chain the
+/// step runs (`linear_then`, `CudaOptions::chain_tile`): QKV reads rows whose input norm
+/// is deferred (`ss_in`, from the previous layer's down); O adds the residual in place and
+/// writes gate/up's split rows with the post-attention norm's gains and Σ y² (`xo`,
+/// `xo_g`, `ss_out`); gate/up (SwiGLU pairs) applies that deferred norm and writes down's
+/// rows (`xo`); down adds the residual in place and writes the next QKV's rows and sums.
+/// Clusters of 4, 8, 2 and 8 blocks.
+#[test]
+fn tile_wg_t2_runs_the_talker_step() {
+    let mut args = Vec::new();
+    let residual = Call {
+        res: true,
+        in_place: true,
+        ..Call::default()
+    };
+    let chained = Call {
+        xo: true,
+        xo_g: true,
+        ss_out: true,
+        ..residual
+    };
+    let deferred = Call {
+        ss_in: true,
+        ..Call::default()
+    };
+    case(&mut args, QKV, 3, deferred);
+    case(
+        &mut args,
+        O,
+        16,
+        Call {
+            again: true,
+            ..chained
+        },
+    );
+    let gate_up = Call {
+        act: 2,
+        xo: true,
+        ..deferred
+    };
+    case(&mut args, GATE_UP, 3, gate_up);
+    case(&mut args, DOWN, 16, chained);
+    run_emulated(
+        "tile_wg_t2_runs_the_talker_step",
+        "wgmma_tile.cpp",
+        FILES,
+        &args,
+    );
+}
+
+/// `tile_wg_linear_t4` at 32 rows (gate/up with the deferred norm and the chain to down,
+/// down with the residual in place), `tile_wg_linear_t8` at 40 rows (the prefill; a
+/// separate residual, bias and SiLU), and a shape `tile_split` gives no cluster (K = 192:
+/// one block per 128 outputs, the partial sums through the block's own inbox) at 5 rows.
+#[test]
+fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
+    let mut args = Vec::new();
+    let gate_up = Call {
+        act: 2,
+        ss_in: true,
+        xo: true,
+        again: true,
+        ..Call::default()
+    };
+    case(&mut args, GATE_UP, 32, gate_up);
+    let down = Call {
+        res: true,
+        in_place: true,
+        ..Call::default()
+    };
+    case(&mut args, DOWN, 32, down);
+    let epilogue = Call {
+        act: 1,
+        bias: true,
+        res: true,
+        ..Call::default()
+    };
+    case(&mut args, QKV, 40, epilogue);
+    assert_eq!(tile_split(256, 192), Some(1));
+    let single = Call {
+        xo: true,
+        xo_g: true,
+        ss_out: true,
+        ..epilogue
+    };
+    case(&mut args, (256, 192), 5, single);
+    run_emulated(
+        "tile_wg_t4_t8_and_single_blocks_match_the_reference",
+        "wgmma_tile.cpp",
+        FILES,
+        &args,
+    );
+}
