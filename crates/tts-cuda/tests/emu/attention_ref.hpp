@@ -37,6 +37,28 @@ inline uint16_t kv_of<uint16_t>(float v) { return check::to_bf16(v); }
 
 // A stack's attention shape and its cache's positions per row: caches are
 // [cache row][max_pos][kv heads * hd].
+// A layer's QK-norm gains (1 ± 0.2, q's then k's) and its RoPE inverse frequencies for head
+// size hd, as weights.rs computes them.
+struct NormRope {
+    std::vector<float> qn, kn, inv_freq;
+};
+inline NormRope norm_rope(check::Rng& rng, int hd, double theta) {
+    NormRope r{std::vector<float>(hd), std::vector<float>(hd), std::vector<float>(hd / 2)};
+    for (auto& v : r.qn) v = 1.0f + rng.sym(0.2f);
+    for (auto& v : r.kn) v = 1.0f + rng.sym(0.2f);
+    for (int i = 0; i < hd / 2; i++) r.inv_freq[i] = 1.0f / std::pow((float)theta, (float)(2 * i) / (float)hd);
+    return r;
+}
+
+// A cache of n entries, every one holding a value (as a cached prefix, or an earlier
+// request's leftovers past it, would).
+template <typename KV>
+std::vector<KV> filled_cache(check::Rng& rng, size_t n) {
+    std::vector<KV> c(n);
+    for (auto& v : c) v = kv_of<KV>(rng.sym(1.5f));
+    return c;
+}
+
 struct AttnDims {
     int heads, kvh, hd, max_pos;
     int qd() const { return heads * hd; }
@@ -151,4 +173,20 @@ inline std::vector<SlotSpan> parse_slot_spans(const std::string& spec) {
         s = end;
     }
     return out;
+}
+
+// others_kept for large caches and many tokens (attention_prefill.cpp): the same check, with
+// the new (slot, position) pairs marked once instead of searched per entry.
+template <typename KV>
+bool others_kept_marked(const std::vector<KV>& now, const std::vector<KV>& before,
+                        const AttnDims& d, const std::vector<int>& slots,
+                        const std::vector<int>& positions) {
+    const size_t kvd = d.kvd(), rows = now.size() / ((size_t)d.max_pos * kvd);
+    std::vector<char> is_new(rows * d.max_pos, 0);
+    for (size_t t = 0; t < slots.size(); t++)
+        if (slots[t] >= 0 && (size_t)slots[t] < rows) is_new[(size_t)slots[t] * d.max_pos + positions[t]] = 1;
+    for (size_t e = 0; e < rows * d.max_pos; e++)
+        if (!is_new[e] && std::memcmp(&now[e * kvd], &before[e * kvd], kvd * sizeof(KV)) != 0)
+            return false;
+    return true;
 }

@@ -60,15 +60,10 @@ static void run_case(const RowCase& c, uint64_t seed) {
     check::Rng rng(seed);
     // split: q as qk_norm_rope_kv left it (normed, rotated); else the QKV projection's rows
     const auto qkv = check::f32_values(rng, (size_t)T * c.ldq, 2.0f);
-    std::vector<float> qn(c.hd), kn(c.hd), inv_freq(c.hd / 2);
-    for (auto& v : qn) v = 1.0f + rng.sym(0.2f);
-    for (auto& v : kn) v = 1.0f + rng.sym(0.2f);
-    // as weights.rs computes them
-    for (int i = 0; i < c.hd / 2; i++)
-        inv_freq[i] = 1.0f / std::pow((float)c.theta, (float)(2 * i) / (float)c.hd);
-    std::vector<KV> kc((size_t)(c.cache_rows + 1) * row_elems), vc(kc.size());
-    for (auto& v : kc) v = kv_of<KV>(rng.sym(1.5f));
-    for (auto& v : vc) v = kv_of<KV>(rng.sym(1.5f));
+    const NormRope nr = norm_rope(rng, c.hd, c.theta);
+    const std::vector<float> &qn = nr.qn, &kn = nr.kn, &inv_freq = nr.inv_freq;
+    const size_t cache_len = (size_t)(c.cache_rows + 1) * row_elems;
+    const auto kc = filled_cache<KV>(rng, cache_len), vc = filled_cache<KV>(rng, cache_len);
     const float poison = -12345.0f;
     const uint16_t xb_poison = 0xBEEF;
     auto launch = [&]() {

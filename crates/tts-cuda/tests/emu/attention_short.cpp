@@ -40,15 +40,10 @@ static void run_case(const ShortCase& c, uint64_t seed) {
     const int qd = d.qd(), kvd = d.kvd();
     check::Rng rng(seed);
     const auto qkv = check::f32_values(rng, (size_t)T * c.ldq, 2.0f);
-    std::vector<float> qn(c.hd), kn(c.hd), inv_freq(c.hd / 2);
-    for (auto& v : qn) v = 1.0f + rng.sym(0.2f);
-    for (auto& v : kn) v = 1.0f + rng.sym(0.2f);
-    // as weights.rs computes them
-    for (int i = 0; i < c.hd / 2; i++)
-        inv_freq[i] = 1.0f / std::pow((float)c.theta, (float)(2 * i) / (float)c.hd);
-    std::vector<KV> kc((size_t)c.cache_rows * c.max_pos * kvd), vc(kc.size());
-    for (auto& v : kc) v = kv_of<KV>(rng.sym(1.5f));
-    for (auto& v : vc) v = kv_of<KV>(rng.sym(1.5f));
+    const NormRope nr = norm_rope(rng, c.hd, c.theta);
+    const std::vector<float> &qn = nr.qn, &kn = nr.kn, &inv_freq = nr.inv_freq;
+    const size_t cache_len = (size_t)c.cache_rows * c.max_pos * kvd;
+    const auto kc = filled_cache<KV>(rng, cache_len), vc = filled_cache<KV>(rng, cache_len);
     // token t = r * tpr + i: row r's slot (every token of the row, as the code predictor's
     // row maps give it) at position pos0 + i
     std::vector<int> slots(T), positions(T);

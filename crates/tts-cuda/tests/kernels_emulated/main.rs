@@ -15,7 +15,9 @@ mod codec;
 mod conv;
 mod linear;
 mod mma;
+mod prefill;
 mod sampling;
+mod small;
 mod tile_wg;
 
 use std::path::{Path, PathBuf};
