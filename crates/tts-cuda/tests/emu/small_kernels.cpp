@@ -241,21 +241,27 @@ void rms_norm_rows_case(const Case& c, check::Rng& rng) {
     check::expect(run() == got, c.spec + ": a second launch gives the same bits");
 }
 
-// linear_epilogue: N rows act bias res ldr ldy next_g xb eps. acc [2 rows][N] (hi rows'
-// products, then lo rows'); y[r] = act(acc_hi + acc_lo + bias) (+ res), act 2 on (gate, up)
-// pairs, N/2 outputs; with xb also y's split rows (normed by next_g when given), ld N or N/2.
+// linear_epilogue: N rows act bias res ldr ldy next_g xb eps [alias]. acc [2 rows][N] (hi
+// rows' products, then lo rows'); y[r] = act(acc_hi + acc_lo + bias) (+ res), act 2 on
+// (gate, up) pairs, N/2 outputs; with xb also y's split rows (normed by next_g when given),
+// ld N or N/2. With alias (1), the residual is y itself (res = y, ldr = ldy: linear.rs's
+// call for the talker's O and down projections, adding the residual stream in place): y's
+// rows hold the residual before the launch, and what the kernel must not write keeps it.
 void linear_epilogue_case(const Case& c, check::Rng& rng) {
     const int N = c.i(0), rows = c.i(1), act = c.i(2), has_bias = c.i(3), has_res = c.i(4), ldr = c.i(5),
               ldy = c.i(6), has_g = c.i(7), has_xb = c.i(8);
     const float eps = (float)c.p.at(9);
+    const bool alias = c.p.size() > 10 && c.i(10) != 0;
     if ((int)c.grid.x != rows) emu::fail("linear_epilogue: grid (rows)");
+    if (alias && (!has_res || ldr != ldy)) emu::fail("linear_epilogue: alias is a residual of y's stride");
     const int out_n = act == 2 ? N / 2 : N;
     const auto acc = check::f32_values(rng, (size_t)2 * rows * N, 3.0f);
     const auto bias = check::f32_values(rng, N, 1.0f);
     const auto res = check::f32_values(rng, (size_t)rows * ldr, 2.0f);
     std::vector<float> g(out_n);
     for (auto& v : g) v = 1.0f + rng.sym(0.5f);
-    const std::vector<float> y0((size_t)(rows + 1) * ldy, kPoison);
+    std::vector<float> y0((size_t)(rows + 1) * ldy, kPoison);
+    if (alias) std::copy(res.begin(), res.end(), y0.begin());  // rows 0..rows: the residual
     const std::vector<uint16_t> xb0(has_xb ? (size_t)(2 * rows + 1) * out_n : 0, kPoisonBf);
     std::vector<float> y;
     std::vector<uint16_t> xb;
@@ -263,7 +269,8 @@ void linear_epilogue_case(const Case& c, check::Rng& rng) {
         y = y0;
         xb = xb0;
         launch(c, [&] {
-            linear_epilogue(acc.data(), N, has_bias ? bias.data() : nullptr, act, has_res ? res.data() : nullptr, ldr,
+            const float* r = alias ? y.data() : has_res ? res.data() : nullptr;
+            linear_epilogue(acc.data(), N, has_bias ? bias.data() : nullptr, act, r, ldr,
                             y.data(), ldy, rows, has_g ? g.data() : nullptr, eps, has_xb ? xb.data() : nullptr, out_n);
         });
     };

@@ -1,6 +1,7 @@
 // Emulated check of tile_wg.cu (batched linear layers on Hopper's wgmma, through the twins of
 // wgmma_twins.hpp; unit: tile.cu, tile_wg.cu) against an f64 reference over the same bf16
-// operands, on the launch plans of the backend (kernels_emulated/tile_wg.rs):
+// operands, on the launch plans of the backend (kernels_emulated/tile_wg.rs); also tile.cu's
+// own entry points (warp MMA through mma_twins.hpp, no chain: kernels_emulated/tile.rs):
 //   y[m][n] = act(inv_m · Σ_k (hi[m][k] + lo[m][k]) W[n][k] + bias[n]) + res[m][n]
 // with the split rows xb as linear.rs's to_bf16_rows writes them ([2M][K]: hi = bf16(v) in
 // rows 0..M, lo = bf16(v - hi) in rows M..2M), act 2 pairing weight rows (2i, 2i+1) as
@@ -20,10 +21,22 @@ namespace {
 using Entry = void (*)(const bf16*, int, int, const bf16*, int, const float*, int, const float*, int, float*, int,
                        const float*, float, bf16*, const float*, float*);
 
+// tile.cu's entry points (warp MMA, kernels_emulated/tile.rs) take no chain: a case of
+// theirs passes none of ss_in, xo, xo_g, ss_out.
+#define TILE_MMA_ENTRY(KERNEL)                                                                                   \
+    [](const bf16* W, int N, int K, const bf16* xb, int M, const float* bias, int act, const float* res, int ldr, \
+       float* Y, int ldy, const float* ss_in, float, bf16* xo, const float* xo_g, float* ss_out) {               \
+        if (ss_in || xo || xo_g || ss_out) emu::fail(#KERNEL " takes no chain");                                  \
+        KERNEL(W, N, K, xb, M, bias, act, res, ldr, Y, ldy);                                                      \
+    }
+
 Entry entry(const std::string& name) {
     if (name == "tile_wg_linear_t2") return tile_wg_linear_t2;
     if (name == "tile_wg_linear_t4") return tile_wg_linear_t4;
     if (name == "tile_wg_linear_t8") return tile_wg_linear_t8;
+    if (name == "tile_linear_t2") return TILE_MMA_ENTRY(tile_linear_t2);
+    if (name == "tile_linear_t4") return TILE_MMA_ENTRY(tile_linear_t4);
+    if (name == "tile_linear_t8") return TILE_MMA_ENTRY(tile_linear_t8);
     emu::fail("unknown kernel");
 }
 

@@ -18,6 +18,7 @@ mod mma;
 mod prefill;
 mod sampling;
 mod small;
+mod tile;
 mod tile_wg;
 
 use std::path::{Path, PathBuf};
@@ -126,9 +127,10 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) -> Op
         );
     }
     unit.push_str(&format!("#include \"{}\"\n", emu.join(driver).display()));
-    let stem = driver.trim_end_matches(".cpp");
-    let cpp = dir.join(format!("{stem}.cpp"));
-    let exe = dir.join(stem);
+    // named for the test, not the driver: tests sharing a driver run at once, and one must
+    // not rewrite the executable another is running ("Text file busy")
+    let cpp = dir.join(format!("{test}.cpp"));
+    let exe = dir.join(test);
     std::fs::write(&cpp, unit).expect("write the unit");
     let built = Command::new(&cxx)
         .args(["-std=c++17", "-O2", "-pthread", "-w"])

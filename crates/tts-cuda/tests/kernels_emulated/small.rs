@@ -211,3 +211,31 @@ fn ops_kernels_match_the_reference() {
         &args,
     );
 }
+
+/// `linear_epilogue` as linear.rs's cuBLAS path calls it for the talker's O and down
+/// projections (stack.rs): the residual is the output buffer itself (`res` = `y`, `ldr` =
+/// `ldy` = hidden), so each row's residual is read where its sum is written. O at 33 rows
+/// also writes the gate/up layer's normed split rows from the updated stream; the last
+/// layer's down at 64 rows (the cuBLAS path's most rows) writes none.
+#[test]
+fn linear_epilogue_adds_the_residual_in_place() {
+    let t = talker_config("random:1.7b");
+    let (h, eps) = (t.hidden_size as f64, t.rms_norm_eps);
+    // N rows act bias res ldr ldy next_g xb eps alias
+    let in_place = |m: usize, chain: bool| {
+        let c = f64::from(u8::from(chain));
+        case(
+            "linear_epilogue",
+            (m, 1, 1),
+            256,
+            &[h, m as f64, 0.0, 0.0, 1.0, h, h, c, c, eps, 1.0],
+        )
+    };
+    let args = vec![in_place(33, true), in_place(64, false)];
+    run_emulated(
+        "linear_epilogue_adds_the_residual_in_place",
+        "small_kernels.cpp",
+        &["embed.cu", "ops.cu"],
+        &args,
+    );
+}

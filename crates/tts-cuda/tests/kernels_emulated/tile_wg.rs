@@ -4,10 +4,11 @@
 //! against hand-built tiles first, then the kernels on the backend's launch plans.
 
 use crate::run_emulated;
-use tts_cuda::linear::{tile_kernel, tile_split, tile_wg_smem, TILE_N};
+use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_smem, TILE_K, TILE_N};
 
-/// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue).
-const FILES: &[&str] = &["tile.cu", "tile_wg.cu"];
+/// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue; the
+/// driver dispatches tile.cu's entry points too: `tile.rs`).
+pub(crate) const FILES: &[&str] = &["tile.cu", "tile_wg.cu"];
 
 /// The twins against layouts written out independently in the driver (`emu/wgmma_twins.cpp`):
 /// the source's descriptor encoding, the m64n{32,64,128}k16 products through the 128-byte
@@ -26,40 +27,49 @@ fn wgmma_twins_follow_the_ptx_layouts() {
 /// The talker's matrices (hidden 2048): (n, k).
 const QKV: (usize, usize) = (4096, 2048);
 const O: (usize, usize) = (2048, 2048);
-const GATE_UP: (usize, usize) = (12288, 2048);
-const DOWN: (usize, usize) = (2048, 6144);
+pub(crate) const GATE_UP: (usize, usize) = (12288, 2048);
+pub(crate) const DOWN: (usize, usize) = (2048, 6144);
 
-/// What a call passes besides the rows (`emu/wgmma_tile.cpp`'s flags, in its order).
+/// What a call passes besides the rows (`emu/wgmma_tile.cpp`'s flags, in its order; tile.cu
+/// takes none of the chain's).
 #[derive(Clone, Copy, Default)]
-struct Call {
+pub(crate) struct Call {
     /// 0 none, 1 SiLU, 2 SwiGLU pairs.
-    act: usize,
-    bias: bool,
-    res: bool,
+    pub act: usize,
+    pub bias: bool,
+    pub res: bool,
     /// The residual is y itself (the talker's O and down add it in place).
-    in_place: bool,
+    pub in_place: bool,
     /// The rows' norm deferred to this layer (`TileChain::ss_in`).
-    ss_in: bool,
+    pub ss_in: bool,
     /// The next layer's split rows written (`xo`), with its norm gains (`xo_g`) and each
     /// row's Σ y² by block (`ss_out`).
-    xo: bool,
-    xo_g: bool,
-    ss_out: bool,
+    pub xo: bool,
+    pub xo_g: bool,
+    pub ss_out: bool,
     /// Rows 0 and 1 alone again: the same bits.
-    again: bool,
+    pub again: bool,
 }
 
 /// The driver's arguments for `shape` at `m` rows on the launch the backend makes
-/// (`linear::tile`): the entry point `tile_kernel` picks, `tile_split`'s cluster size,
-/// `n / 128` column blocks and `tile_wg_smem`.
-fn case(args: &mut Vec<String>, shape: (usize, usize), m: usize, call: Call) {
+/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, else
+/// tile.cu's), `tile_split`'s cluster size, `n / 128` column blocks and the entry's shared
+/// memory (`tile_wg_smem` or `tile_smem`).
+pub(crate) fn case(args: &mut Vec<String>, wg: bool, shape: (usize, usize), m: usize, call: Call) {
     let (n, k) = shape;
     assert!(n % TILE_N == 0);
-    let splits = tile_split(n, k).unwrap_or_else(|| panic!("tile_wg takes {n}x{k}"));
-    let (name, mt) = tile_kernel(m, true);
+    let splits = tile_split(n, k).unwrap_or_else(|| panic!("the tile kernels take {n}x{k}"));
+    // whole 64-wide K tiles per block of the cluster
+    assert!((k / splits).is_multiple_of(TILE_K));
+    let (name, mt) = tile_kernel(m, wg);
     assert!(m <= 8 * mt);
+    assert!(
+        wg || !(call.ss_in || call.xo || call.xo_g || call.ss_out),
+        "tile.cu has no chain"
+    );
     args.push(name.to_string());
-    let fields = [n, k, m, splits, tile_wg_smem(mt), call.act];
+    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) };
+    let fields = [n, k, m, splits, smem, call.act];
     let flags = [
         call.bias,
         call.res,
@@ -99,9 +109,10 @@ fn tile_wg_t2_runs_the_talker_step() {
         ss_in: true,
         ..Call::default()
     };
-    case(&mut args, QKV, 3, deferred);
+    case(&mut args, true, QKV, 3, deferred);
     case(
         &mut args,
+        true,
         O,
         16,
         Call {
@@ -114,8 +125,8 @@ fn tile_wg_t2_runs_the_talker_step() {
         xo: true,
         ..deferred
     };
-    case(&mut args, GATE_UP, 3, gate_up);
-    case(&mut args, DOWN, 16, chained);
+    case(&mut args, true, GATE_UP, 3, gate_up);
+    case(&mut args, true, DOWN, 16, chained);
     run_emulated(
         "tile_wg_t2_runs_the_talker_step",
         "wgmma_tile.cpp",
@@ -138,20 +149,20 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
         again: true,
         ..Call::default()
     };
-    case(&mut args, GATE_UP, 32, gate_up);
+    case(&mut args, true, GATE_UP, 32, gate_up);
     let down = Call {
         res: true,
         in_place: true,
         ..Call::default()
     };
-    case(&mut args, DOWN, 32, down);
+    case(&mut args, true, DOWN, 32, down);
     let epilogue = Call {
         act: 1,
         bias: true,
         res: true,
         ..Call::default()
     };
-    case(&mut args, QKV, 40, epilogue);
+    case(&mut args, true, QKV, 40, epilogue);
     assert_eq!(tile_split(256, 192), Some(1));
     let single = Call {
         xo: true,
@@ -159,7 +170,7 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
         ss_out: true,
         ..epilogue
     };
-    case(&mut args, (256, 192), 5, single);
+    case(&mut args, true, (256, 192), 5, single);
     run_emulated(
         "tile_wg_t4_t8_and_single_blocks_match_the_reference",
         "wgmma_tile.cpp",
