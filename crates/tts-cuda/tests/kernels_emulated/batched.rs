@@ -1,8 +1,9 @@
-//! The batched linear kernels the backend runs by default at 3..=64 rows: `wide.cu` (17..=64
-//! rows where `wide_split` takes the shape: the batch-32 path), `to_bf16_rows` + `mma.cu`
-//! (`LinearPath::TensorCores`) and `mma_cluster.cu` (`LinearPath::Cluster`), on the 1.7B's
-//! layer shapes, with the launch plans `linear.rs` makes for them. Each case first asserts
-//! that `LinearPaths::choose` sends its rows and shape to that kernel on the device named.
+//! Batched linear kernels of 3..=64 rows besides the tile kernels: `wide.cu` (17..=64 rows
+//! where `wide_split` takes the shape, when `QWEN3_TTS_WIDE_LINEAR=1` turns it on),
+//! `to_bf16_rows` + `mma.cu` (`LinearPath::TensorCores`, devices without clusters) and
+//! `mma_cluster.cu` (`LinearPath::Cluster`), on the 1.7B's layer shapes, with the launch
+//! plans `linear.rs` makes for them. Each case first asserts that `LinearPaths::choose`
+//! sends its rows and shape to that kernel on the device and options named.
 
 use tts_cuda::linear::{
     cluster_entry, cluster_smem, cluster_split, mma_entry, wide_plan, LinearPath, LinearPaths,
@@ -35,7 +36,8 @@ fn layer_shapes(cp: bool) -> [Shape; 4] {
 }
 
 /// What an H200 runs (sm_90a: clusters, `tile.cu`, `tile_wg.cu`, `wide.cu`), as
-/// `GemmScratch::new` sets it from the device.
+/// `GemmScratch::new` sets it from the device, with `wide.cu` asked for
+/// (`CudaOptions::wide_linear`, off by default).
 fn h200_paths() -> LinearPaths {
     LinearPaths {
         cluster: true,
@@ -96,8 +98,9 @@ impl Epilogue {
     }
 }
 
-/// `wide.cu`, the H200's path at 17..=64 rows on every layer `wide_split` takes: the
-/// talker's QKV (norm) at 32 rows and O (residual in place) at 24, both K split 8 ways;
+/// `wide.cu`, the H200's path at 17..=64 rows with `QWEN3_TTS_WIDE_LINEAR=1`, on every layer
+/// `wide_split` takes: the talker's QKV (norm) at 32 rows and O (residual in place) at 24,
+/// both K split 8 ways;
 /// its gate/up (norm, SwiGLU pairs) at 32 rows, split 2 ways into slices of 32 chunks
 /// staged 11 at a time (a short last piece); its down (residual) at 64 rows, 8 ways,
 /// slices of 24 chunks staged 6 at a time; the code predictor's gate/up at 40 rows (4 ways,
