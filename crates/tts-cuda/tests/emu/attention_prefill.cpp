@@ -156,16 +156,7 @@ static void run_case(const PrefillCase& c, uint64_t seed) {
         const int from = c.fused() || padding ? 0 : qd;
         kept &= std::memcmp(row + from, row_got + from, (c.ldq - from) * sizeof(float)) == 0;
         if (padding) continue;
-        for (int g = 0; g < c.kvh; g++) {
-            const auto kr = norm_rope_ref(row + qd + g * c.hd, kn, c.eps, inv_freq, pos, c.hd);
-            for (int e = 0; e < c.hd; e++) {
-                const size_t at = ((size_t)(slot + 1) * c.max_pos + pos) * kvd + g * c.hd + e;
-                kv_got.push_back(kv_value(got.k[at]));
-                kv_want.push_back(kr[e]);
-                kv_got.push_back(kv_value(got.v[at]));
-                kv_want.push_back((double)row[qd + kvd + g * c.hd + e]);
-            }
-        }
+        new_kv_entries(row, kn, c.eps, inv_freq, d, slot + 1, pos, got.k, got.v, kv_got, kv_want);
         for (int h = 0; h < c.heads; h++) {
             const auto q = norm_rope_ref(row + h * c.hd, qn, c.eps, inv_freq, pos, c.hd);
             if (!c.fused()) {
@@ -201,13 +192,10 @@ static void run_case(const PrefillCase& c, uint64_t seed) {
 
 // "slot:p0-p1,..." into the tokens' slots and positions (fused: each run one row of tpr).
 static void parse_tokens(PrefillCase& c) {
-    for (const SlotSpan& s : parse_slot_spans(c.tokens_spec)) {
+    const auto spans = parse_slot_spans(c.tokens_spec);
+    for (const SlotSpan& s : spans)
         if (c.fused() && s.p1 + 1 - s.p0 != c.tpr) emu::fail("a fused row is not tpr tokens");
-        for (int p = s.p0; p <= s.p1; p++) {
-            c.slots.push_back(s.slot);
-            c.positions.push_back(p);
-        }
-    }
+    span_tokens(spans, c.slots, c.positions);
 }
 
 int main(int argc, char** argv) {
@@ -229,8 +217,7 @@ int main(int argc, char** argv) {
         c.tokens_spec = argv[i + 17];
         parse_tokens(c);
         const uint64_t seed = (uint64_t)i * 7919 + c.heads * 31 + c.slots.size();
-        const std::string& n = c.attn_kernel;
-        if (n.size() > 4 && n.compare(n.size() - 4, 4, "_f32") == 0)
+        if (f32_kernel(c.attn_kernel))
             run_case<float>(c, seed);
         else
             run_case<uint16_t>(c, seed);

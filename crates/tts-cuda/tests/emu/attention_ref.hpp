@@ -35,8 +35,6 @@ inline float kv_of<float>(float v) { return v; }
 template <>
 inline uint16_t kv_of<uint16_t>(float v) { return check::to_bf16(v); }
 
-// A stack's attention shape and its cache's positions per row: caches are
-// [cache row][max_pos][kv heads * hd].
 // A layer's QK-norm gains (1 ± 0.2, q's then k's) and its RoPE inverse frequencies for head
 // size hd, as weights.rs computes them.
 struct NormRope {
@@ -59,6 +57,8 @@ std::vector<KV> filled_cache(check::Rng& rng, size_t n) {
     return c;
 }
 
+// A stack's attention shape and its cache's positions per row: caches are
+// [cache row][max_pos][kv heads * hd].
 struct AttnDims {
     int heads, kvh, hd, max_pos;
     int qd() const { return heads * hd; }
@@ -189,4 +189,38 @@ bool others_kept_marked(const std::vector<KV>& now, const std::vector<KV>& befor
         if (!is_new[e] && std::memcmp(&now[e * kvd], &before[e * kvd], kvd * sizeof(KV)) != 0)
             return false;
     return true;
+}
+
+// Whether a kernel's name is its f32-cache twin's.
+inline bool f32_kernel(const std::string& name) {
+    return name.size() > 4 && name.compare(name.size() - 4, 4, "_f32") == 0;
+}
+
+// "slot:p0-p1,..." (parse_slot_spans) as one token per position: its slot and position.
+inline void span_tokens(const std::vector<SlotSpan>& spans, std::vector<int>& slots, std::vector<int>& positions) {
+    for (const SlotSpan& s : spans)
+        for (int p = s.p0; p <= s.p1; p++) {
+            slots.push_back(s.slot);
+            positions.push_back(p);
+        }
+}
+
+// The new cache entries of the token whose QKV row is `row`, at `pos` of cache row
+// `cache_row`: what the kernel stored into k and v (got) against what it should have (want:
+// k normed with kn and rotated, v as projected), k then v of each element of each kv head.
+template <typename KV>
+void new_kv_entries(const float* row, const std::vector<float>& kn, float eps, const std::vector<float>& inv_freq,
+                    const AttnDims& d, int cache_row, int pos, const std::vector<KV>& k, const std::vector<KV>& v,
+                    std::vector<float>& got, std::vector<double>& want) {
+    const int qd = d.qd(), kvd = d.kvd(), hd = d.hd;
+    for (int g = 0; g < d.kvh; g++) {
+        const auto kr = norm_rope_ref(row + qd + g * hd, kn, eps, inv_freq, pos, hd);
+        for (int e = 0; e < hd; e++) {
+            const size_t at = ((size_t)cache_row * d.max_pos + pos) * kvd + g * hd + e;
+            got.push_back(kv_value(k[at]));
+            want.push_back(kr[e]);
+            got.push_back(kv_value(v[at]));
+            want.push_back((double)row[qd + kvd + g * hd + e]);
+        }
+    }
 }

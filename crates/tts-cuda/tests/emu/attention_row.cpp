@@ -126,17 +126,7 @@ static void run_case(const RowCase& c, uint64_t seed) {
         }
         if (slot < 0) continue;
         const int gs = slot + 1;  // with the guard row
-        if (!split)
-            for (int g = 0; g < c.kvh; g++) {
-                const auto kr = norm_rope_ref(row + qd + g * c.hd, kn, c.eps, inv_freq, pos, c.hd);
-                for (int e = 0; e < c.hd; e++) {
-                    const size_t at = ((size_t)gs * c.max_pos + pos) * kvd + g * c.hd + e;
-                    kv_got.push_back(kv_value(got.k[at]));
-                    kv_want.push_back(kr[e]);
-                    kv_got.push_back(kv_value(got.v[at]));
-                    kv_want.push_back((double)row[qd + kvd + g * c.hd + e]);
-                }
-            }
+        if (!split) new_kv_entries(row, kn, c.eps, inv_freq, d, gs, pos, got.k, got.v, kv_got, kv_want);
         const int lo = split && c.window > 0 ? std::max(0, pos + 1 - c.window) : 0;
         for (int h = 0; h < c.heads; h++) {
             const auto q = split ? std::vector<double>(row + h * c.hd, row + (h + 1) * c.hd)
@@ -163,14 +153,7 @@ static void run_case(const RowCase& c, uint64_t seed) {
 }
 
 // "slot:pos,slot:p0-p1,..." into the tokens' slots and positions.
-static void parse_tokens(RowCase& c) {
-    for (const SlotSpan& t : parse_slot_spans(c.tokens_spec))
-        for (int p = t.p0; p <= t.p1; p++) {
-            c.slots.push_back(t.slot);
-            c.positions.push_back(p);
-        }
-}
-
+static void parse_tokens(RowCase& c) { span_tokens(parse_slot_spans(c.tokens_spec), c.slots, c.positions); }
 
 int main(int argc, char** argv) {
     const int per = 16;
@@ -189,7 +172,7 @@ int main(int argc, char** argv) {
         c.tokens_spec = argv[i + 15];
         parse_tokens(c);
         const uint64_t seed = (uint64_t)i * 7919 + c.heads * 31 + c.slots.size();
-        if (c.kernel.size() > 4 && c.kernel.compare(c.kernel.size() - 4, 4, "_f32") == 0)
+        if (f32_kernel(c.kernel))
             run_case<float>(c, seed);
         else
             run_case<uint16_t>(c, seed);

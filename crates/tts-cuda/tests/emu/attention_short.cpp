@@ -98,16 +98,7 @@ static void run_case(const ShortCase& c, uint64_t seed) {
             else out_got.push_back(o);
         }
         if (slot < 0) continue;
-        for (int g = 0; g < c.kvh; g++) {
-            const auto kr = norm_rope_ref(row + qd + g * c.hd, kn, c.eps, inv_freq, pos, c.hd);
-            for (int e = 0; e < c.hd; e++) {
-                const size_t at = ((size_t)slot * c.max_pos + pos) * kvd + g * c.hd + e;
-                kv_got.push_back(kv_value(got.k[at]));
-                kv_want.push_back(kr[e]);
-                kv_got.push_back(kv_value(got.v[at]));
-                kv_want.push_back((double)row[qd + kvd + g * c.hd + e]);
-            }
-        }
+        new_kv_entries(row, kn, c.eps, inv_freq, d, slot, pos, got.k, got.v, kv_got, kv_want);
         for (int h = 0; h < c.heads; h++) {
             const auto q = norm_rope_ref(row + h * c.hd, qn, c.eps, inv_freq, pos, c.hd);
             const auto o = attention_ref(q, d, h / (c.heads / c.kvh), slot, pos, got.k, got.v);
@@ -157,7 +148,7 @@ int main(int argc, char** argv) {
         c.rows_spec = argv[i + 15];
         parse_rows(c);
         const uint64_t seed = (uint64_t)i * 7919 + c.heads * 31 + c.tpr;
-        if (c.kernel.size() > 4 && c.kernel.compare(c.kernel.size() - 4, 4, "_f32") == 0)
+        if (f32_kernel(c.kernel))
             run_case<float>(c, seed);
         else
             run_case<uint16_t>(c, seed);
