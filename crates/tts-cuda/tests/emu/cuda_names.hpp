@@ -255,11 +255,24 @@ inline void cluster_sync_all() {
     emu::yield_to_scheduler();
 }
 inline unsigned cluster_ctarank() { return emu::blk().rank; }
-inline unsigned cluster_map(unsigned a, unsigned rank) { return (a & ~(15u << 26)) | (rank + 1) << 26; }
-inline float ld_cluster_rank(unsigned a, unsigned rank) {
+inline unsigned cluster_map(unsigned a, unsigned rank) {
+    if (rank >= 31) emu::fail("a cluster rank past 30");
+    return (a & ~(31u << 25)) | (rank + 1) << 25;
+}
+// A load from a mapped shared address (cluster_map's): nothing of another block is known to
+// be written before the cluster's first barrier, so reading it then stops the run.
+inline float ld_cluster_mapped(unsigned m) {
+    emu::Block& me = emu::blk();
+    if (&emu::shared_block(m) != &me) {
+        std::lock_guard<std::mutex> l(me.cluster->m);
+        if (me.cluster->gen == 0) emu::fail("another block's shared memory read before any cluster barrier");
+    }
     float v;
-    std::memcpy(&v, emu::shared_ptr(cluster_map(a, rank)), 4);
+    std::memcpy(&v, emu::shared_ptr(m), 4);
     return v;
+}
+inline float ld_cluster_rank(unsigned a, unsigned rank) {
+    return ld_cluster_mapped(cluster_map(a, rank));
 }
 
 // ---- twins of PTX helpers that kernel sources define themselves: the f16 conversions

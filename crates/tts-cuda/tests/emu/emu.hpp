@@ -88,6 +88,7 @@ struct Block {
     std::vector<Warp> warps;
     std::vector<char> stacks;
     std::vector<unsigned char> dyn;  // dynamic shared memory
+    char* anchor = nullptr;          // its OS thread's tl_anchor: where its static shared memory lies
     ucontext_t sched;
     int cur = 0, live = 0;
     int bar_arrived = 0, cl_arrived = 0;
@@ -231,6 +232,7 @@ constexpr size_t STACK = 96 * 1024;
 // Runs one block on this OS thread.
 inline void run_block(Block& b) {
     tl_block = &b;
+    b.anchor = &tl_anchor;
     const unsigned n = b.dim.x * b.dim.y * b.dim.z;
     b.fibers.assign(n, Fiber{});
     b.warps.assign((n + 31) / 32, Warp{});
@@ -312,36 +314,44 @@ inline void launch(dim3 grid, dim3 block, size_t smem, unsigned cluster,
 }
 
 // Shared addresses (what cvta.to.shared gives): bits 31-30 the space (1: dynamic, 2: static
-// shared memory, relative to tl_anchor), bits 29-26 the cluster rank + 1 (0: this block),
-// bits 25-0 the offset (signed for static memory).
+// shared memory, relative to the block's anchor), bits 29-25 the cluster rank + 1 (0: this
+// block; clusters of up to 16 blocks and more), bits 24-0 the offset (signed for static
+// memory). Static shared memory is thread_local, one copy per block's OS thread, with one
+// layout: a variable lies at the same offset from every block's anchor, so another block's
+// copy is its anchor plus the offset.
 inline unsigned shared_addr(const void* p) {
     Block& b = blk();
     const unsigned char* c = (const unsigned char*)p;
-    if (!b.dyn.empty() && c >= b.dyn.data() && c <= b.dyn.data() + b.dyn.size())
+    if (!b.dyn.empty() && c >= b.dyn.data() && c <= b.dyn.data() + b.dyn.size()) {
+        if (b.dyn.size() >= (1u << 25)) fail("dynamic shared memory past the address format");
         return 1u << 30 | (unsigned)(c - b.dyn.data());
+    }
     const long long off = (long long)((const char*)p - &tl_anchor);
-    if (off < -(1ll << 25) || off >= (1ll << 25)) fail("an address that is not shared memory");
-    return 2u << 30 | ((unsigned)off & 0x3ffffffu);
+    if (off < -(1ll << 24) || off >= (1ll << 24)) fail("an address that is not shared memory");
+    return 2u << 30 | ((unsigned)off & 0x1ffffffu);
+}
+
+// The block a shared address is in: this one, or the cluster's block of its rank.
+inline Block& shared_block(unsigned a) {
+    const unsigned rank1 = a >> 25 & 31u;
+    Block& me = blk();
+    if (!rank1) return me;
+    if (!me.cluster || rank1 - 1 >= me.cluster->blocks.size()) fail("a cluster rank outside the cluster");
+    return *me.cluster->blocks[rank1 - 1];
 }
 
 inline unsigned char* shared_ptr(unsigned a) {
-    const unsigned space = a >> 30, rank1 = a >> 26 & 15u;
-    Block& me = blk();
-    Block* b = &me;
-    if (rank1) {
-        if (!me.cluster || rank1 - 1 >= me.cluster->blocks.size()) fail("a cluster rank outside the cluster");
-        b = me.cluster->blocks[rank1 - 1];
-    }
+    const unsigned space = a >> 30;
+    Block& b = shared_block(a);
     if (space == 1) {
-        const unsigned off = a & 0x3ffffffu;
-        if (off >= b->dyn.size()) fail("a dynamic shared address past the launch's size");
-        return b->dyn.data() + off;
+        const unsigned off = a & 0x1ffffffu;
+        if (off >= b.dyn.size()) fail("a dynamic shared address past the launch's size");
+        return b.dyn.data() + off;
     }
     if (space == 2) {
-        if (b != &me) fail("static shared memory of another block (emulated only for dynamic)");
-        long long off = a & 0x3ffffffu;
-        if (off >= (1ll << 25)) off -= 1ll << 26;
-        return (unsigned char*)&tl_anchor + off;
+        long long off = a & 0x1ffffffu;
+        if (off >= (1ll << 24)) off -= 1ll << 25;
+        return (unsigned char*)b.anchor + off;
     }
     fail("not a shared address");
 }
