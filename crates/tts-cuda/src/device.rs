@@ -154,31 +154,6 @@ fn usable(what: &str, setup: Result<(), CudaError>) -> bool {
     }
 }
 
-/// Clusters of 16 blocks each `tile_wg.cu` entry point can hold at once, after letting it
-/// take that non-portable size (a failure is logged and leaves 0: clusters of at most 8).
-fn tile_wg_rooms(
-    funcs: &HashMap<&'static str, (CudaFunction, bool)>,
-    stream: &Arc<CudaStream>,
-) -> [u32; 3] {
-    let splits = crate::linear::TILE_WG_MAX_SPLITS as u32;
-    crate::linear::TILE_WG_KERNELS.map(|(k, mt)| {
-        let room = funcs
-            .get(k)
-            .ok_or(CudaError::MissingKernel(k))
-            .and_then(|(f, _)| {
-                f.set_attribute(
-                    dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                    1,
-                )?;
-                launch::active_clusters(f, stream, 256, crate::linear::tile_wg_smem(mt), splits)
-            });
-        room.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, kernel = k, "clusters of {splits} unavailable");
-            0
-        })
-    })
-}
-
 /// A device buffer and its raw address.
 pub struct DBuf<T> {
     slice: CudaSlice<T>,
@@ -230,9 +205,6 @@ pub struct Gpu {
     pub tiles: bool,
     /// `tile_wg.cu`'s warpgroup-MMA variants of them run here (an sm_90a module).
     pub tile_wg: bool,
-    /// Clusters of 16 blocks each `tile_wg.cu` entry point (`linear::TILE_WG_KERNELS`'
-    /// order) can hold at once here: non-portable clusters; zeros without them.
-    pub tile_wg_room16: [u32; 3],
     /// `wide.cu`'s linear kernels run here, with their shared memory and clusters (sm_90
     /// and newer).
     pub wides: bool,
@@ -393,12 +365,7 @@ impl Gpu {
             let sizes = STAGED_SMEM.iter().copied().chain(mma);
             usable("staged GEMV and MMA", allow_smem(&funcs, sizes))
         };
-        let tile_wg_room16 = if tile_wg {
-            tile_wg_rooms(&funcs, &stream)
-        } else {
-            [0; 3]
-        };
-        tracing::info!(%name, %arch, clusters, tiles, tile_wg, ?tile_wg_room16, wides, staged, "CUDA device ready");
+        tracing::info!(%name, %arch, clusters, tiles, tile_wg, wides, staged, "CUDA device ready");
         Ok(Self {
             ctx,
             stream,
@@ -414,7 +381,6 @@ impl Gpu {
             clusters,
             tiles,
             tile_wg,
-            tile_wg_room16,
             wides,
             without: Vec::new(),
             staged,

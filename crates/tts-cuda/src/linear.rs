@@ -22,8 +22,8 @@ use tts_model::fp8::Fp8Rows;
 use crate::device::{Arg, DBuf, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
-    cluster_split, tile_split, tile_wg_split, wide_split, LinearPath, LinearPaths,
-    CLUSTER_MAX_SLICE, GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, TILE_WG_MAX_SPLITS, WIDE_N,
+    cluster_split, tile_split, wide_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
+    GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
 use norm_chain::{NormChain, NormRows};
 use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
@@ -32,8 +32,7 @@ pub use staged::{
     STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
 };
 pub use tile::{
-    tile_kernel, tile_smem, tile_splits, tile_wg_inbox_rows, tile_wg_smem, tile_wg_stages,
-    TILE_KERNELS, TILE_WG_KERNELS,
+    tile_kernel, tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS,
 };
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8
@@ -200,7 +199,6 @@ impl GemmScratch {
                 cluster: gpu.clusters,
                 tile: gpu.tiles,
                 tile_wg: gpu.tile_wg,
-                tile_wg_room16: gpu.tile_wg_room16.map(|r| r as usize),
                 wide: gpu.wides,
                 chain_split: true,
                 chain_attention: true,

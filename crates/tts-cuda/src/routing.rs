@@ -102,33 +102,6 @@ pub fn tile_split(n: usize, k: usize) -> Option<usize> {
         .or(valid.last().copied())
 }
 
-/// Largest cluster `tile_wg.cu` takes: 16 blocks, a non-portable size (Hopper), where the
-/// device can hold that many at once (`Gpu::tile_wg_room16`).
-pub const TILE_WG_MAX_SPLITS: usize = 16;
-
-/// Fewest rows a `tile_wg.cu` call takes clusters of 16 for: on the H100 (2026-12-05,
-/// `bench/results/2026-12-05-h100-tile-wg-clusters-of-16/`) they made the code predictor
-/// 1.3 % faster at 32 rows and 3 % slower at 16, where half the ranks own no row pair.
-pub const TILE_WG_SPLIT16_MIN_ROWS: usize = 17;
-
-/// K splits of `tile_wg.cu` for `m` rows of an `n × k` weight, when `room16` clusters of
-/// 16 of its entry point fit the device at once: [`tile_split`]'s, except that from
-/// [`TILE_WG_SPLIT16_MIN_ROWS`] rows a grid it leaves under `TILE_BLOCKS` blocks at 8
-/// splits (the code predictor's O and down projections: 8 column tiles, 64 blocks on 132
-/// multiprocessors) takes 16, when 16 still keeps whole [`TILE_K`] tiles and all its
-/// clusters fit in one wave. For a given row bucket it depends on the shape and the
-/// device only.
-pub fn tile_wg_split(n: usize, k: usize, m: usize, room16: usize) -> Option<usize> {
-    let s = tile_split(n, k)?;
-    let tiles = n / TILE_N;
-    let wider = s == 8
-        && m >= TILE_WG_SPLIT16_MIN_ROWS
-        && tiles * s < TILE_BLOCKS
-        && k.is_multiple_of(TILE_WG_MAX_SPLITS * TILE_K)
-        && tiles <= room16;
-    Some(if wider { TILE_WG_MAX_SPLITS } else { s })
-}
-
 /// Outputs of one `wide.cu` block (8 warps of 16 each).
 pub const WIDE_N: usize = 128;
 
@@ -181,10 +154,6 @@ pub struct LinearPaths {
     /// [`LinearPath::Tile`] multiplies with warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp MMA: the device has it, and it is wanted.
     pub tile_wg: bool,
-    /// Clusters of 16 blocks each `tile_wg.cu` entry point (`linear::TILE_WG_KERNELS`'
-    /// order) can hold at once on the device ([`tile_wg_split`]); zeros: clusters of at
-    /// most 8 (`CudaOptions::tile_wg_cluster16` off, or a device without them).
-    pub tile_wg_room16: [usize; 3],
     /// The device runs `wide.cu` ([`LinearPath::Wide`]), and it is wanted.
     pub wide: bool,
     /// A cuBLAS epilogue writes the split input rows of the layer that reads its output

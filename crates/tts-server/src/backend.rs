@@ -94,8 +94,6 @@ pub fn create_cuda(
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
         // tile.cu's path with warpgroup MMA (tile_wg.cu; 0: tile.cu's warp MMA)
         tile_wgmma: on_unless_zero("QWEN3_TTS_TILE_WGMMA"),
-        // tile_wg.cu's narrow layers over clusters of 16 (0: at most 8)
-        tile_wg_cluster16: on_unless_zero("QWEN3_TTS_TILE_WG_CLUSTER16"),
         // wide.cu for 17..=64 rows (=1; off by default: slower on the H200)
         wide_linear: std::env::var("QWEN3_TTS_WIDE_LINEAR").is_ok_and(|v| v == "1"),
         // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)

@@ -63,11 +63,6 @@ pub struct CudaOptions {
     /// Let that path multiply with Hopper's warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp-level MMA, where the device has it; off: `tile.cu`.
     pub tile_wgmma: bool,
-    /// Let a `tile_wg.cu` call of 17..=32 rows whose layer 8 blocks per 128 outputs leave
-    /// under 128 blocks (the code predictor's O and down projections) split K over clusters
-    /// of 16, where the device holds all of them at once (`routing::tile_wg_split`); off: at
-    /// most 8.
-    pub tile_wg_cluster16: bool,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static
     /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
@@ -279,7 +274,6 @@ impl Default for CudaOptions {
             cluster_linear: true,
             tile_linear: true,
             tile_wgmma: true,
-            tile_wg_cluster16: true,
             wide_linear: false,
             chain_split: true,
             chain_attention: true,

@@ -52,9 +52,6 @@ fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     paths.cluster &= opts.cluster_linear;
     paths.tile &= opts.tile_linear;
     paths.tile_wg &= opts.tile_wgmma;
-    if !opts.tile_wg_cluster16 {
-        paths.tile_wg_room16 = [0; 3];
-    }
     paths.wide &= opts.wide_linear;
     paths.chain_split &= opts.chain_split;
     paths.chain_attention = opts.chain_attention;

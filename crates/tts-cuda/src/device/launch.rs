@@ -5,46 +5,12 @@
 use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys as dsys;
-use cudarc::driver::{CudaFunction, CudaStream};
 
 use super::{set_dynamic_smem, Arg, Gpu, SmallCall};
 use crate::error::CudaError;
 
 /// Most arguments a kernel takes.
 const MAX_ARGS: usize = 24;
-
-/// How many clusters of `cluster` blocks of `block` threads of `f`, each with `smem` bytes
-/// of dynamic shared memory, the device holds at once (`cuOccupancyMaxActiveClusters`).
-pub(super) fn active_clusters(
-    f: &CudaFunction,
-    stream: &CudaStream,
-    block: u32,
-    smem: usize,
-    cluster: u32,
-) -> Result<u32, CudaError> {
-    // SAFETY: a plain-old-data C union; zero is a valid bit pattern for it.
-    let mut attr: dsys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cluster;
-    attr.value.clusterDim.y = 1;
-    attr.value.clusterDim.z = 1;
-    let cfg = dsys::CUlaunchConfig {
-        gridDimX: cluster,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem as u32,
-        hStream: stream.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    let mut n: std::ffi::c_int = 0;
-    // SAFETY: `f` is a loaded function of this context, `cfg` and `attr` outlive the call.
-    unsafe { dsys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), &cfg) }.result()?;
-    Ok(n.max(0) as u32)
-}
 
 impl Gpu {
     /// Launches `name` on a `grid` of `block`-thread blocks with `args` (raw pointers as

@@ -10,9 +10,7 @@ use super::{path_for, split_rows_args, staged_mma_call, GemmScratch, Linear, Nex
 use super::{Act, RowCall, Rows, SplitRows};
 use crate::device::{Arg, Gpu};
 use crate::error::CudaError;
-use crate::routing::{
-    tile_split, tile_wg_split, LinearPath, LinearPaths, TILE_K, TILE_N, TILE_WG_MAX_SPLITS,
-};
+use crate::routing::{tile_split, LinearPath, TILE_K, TILE_N};
 
 /// Bytes of dynamic shared memory a `tile.cu` block of `mt` row tiles of 8 takes: its
 /// pipeline of 3 stages, each a 128 × 64 weight tile and 16 `mt` rows of 64 (hi and lo).
@@ -48,29 +46,12 @@ pub fn tile_kernel(m: usize, wg: bool) -> (&'static str, usize) {
 
 /// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline
 /// ([`tile_wg_stages`] stages of `tile.cu`'s size), up to 1024 bytes to start its tiles on
-/// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32:
-/// [`tile_wg_inbox_rows`]).
+/// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
+/// senders × local rows <= 8 `mt` + 14 for up to 8 senders).
 pub const fn tile_wg_smem(mt: usize) -> usize {
     tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2
         + 1024
-        + tile_wg_inbox_rows(mt) * (TILE_N + 1) * 4
-}
-
-/// Senders × local rows of a `tile_wg.cu` inbox at most, over every cluster size it takes
-/// (1 to [`TILE_WG_MAX_SPLITS`]) and up to 8 `mt` rows: S senders of 2 ⌈pairs / S⌉ local
-/// rows each, pairs = ⌈rows / 2⌉ (the kernel's row split).
-pub const fn tile_wg_inbox_rows(mt: usize) -> usize {
-    let pairs = 4 * mt;
-    let mut most = 0;
-    let mut s = 1;
-    while s <= TILE_WG_MAX_SPLITS {
-        let rows = s * 2 * pairs.div_ceil(s);
-        if rows > most {
-            most = rows;
-        }
-        s *= 2;
-    }
-    most
+        + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
 }
 
 /// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 16 rows, else 3.
@@ -82,19 +63,11 @@ pub const fn tile_wg_stages(mt: usize) -> usize {
     }
 }
 
-/// The blocks per cluster of a call of `m` rows over an `n × k` weight: `tile_wg_split`'s
-/// with `wg` (on the room `paths` records for its entry point), else `tile_split`'s.
-pub fn tile_splits(paths: &LinearPaths, wg: bool, n: usize, k: usize, m: usize) -> Option<usize> {
-    if !wg {
-        return tile_split(n, k);
-    }
-    let (_, mt) = tile_kernel(m, true);
-    let entry = TILE_WG_KERNELS.iter().position(|&(_, t)| t == mt)?;
-    tile_wg_split(n, k, m, paths.tile_wg_room16[entry])
-}
+/// Blocks per cluster `tile.cu` and `tile_wg.cu` take at most (`TILE_MAX_SPLITS`).
+pub(super) const TILE_MAX_SPLITS: usize = 8;
 
 /// One launch of `tile.cu` (or, with `paths.tile_wg`, `tile_wg.cu`) for up to 64 rows whose
-/// split rows `input` names: a cluster of [`tile_splits`] blocks per 128 outputs. With
+/// split rows `input` names: a cluster of `tile_split` blocks per 128 outputs. With
 /// `tile_wg.cu`, the rows may be normless (`input.deferred`), and the call writes `next`'s
 /// split rows when [`chain_to`] allows; the scratch then records them for that call.
 pub(super) fn tile(
@@ -106,9 +79,9 @@ pub(super) fn tile(
     next: Option<NextLinear>,
 ) -> Result<(), CudaError> {
     let m = c.x.count;
-    let wg = scratch.paths.tile_wg;
-    let splits = tile_splits(&scratch.paths, wg, l.n, l.k, m)
+    let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
+    let wg = scratch.paths.tile_wg;
     let (name, mt) = tile_kernel(m, wg);
     let mut args = split_rows_args(l, scratch.split_buf(input.buf), c).to_vec();
     let out = wg
@@ -179,7 +152,7 @@ fn chain_to(
 
 #[cfg(test)]
 mod tests {
-    use super::{tile_wg_smem, tile_wg_stages, TILE_K, TILE_N, TILE_WG_MAX_SPLITS};
+    use super::{tile_wg_smem, tile_wg_stages, TILE_K, TILE_MAX_SPLITS, TILE_N};
 
     /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
     /// every cluster size, each row has exactly one finishing rank and local row, the
@@ -192,8 +165,8 @@ mod tests {
         for mt in [2usize, 4, 8] {
             let pipeline = tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
             assert!(tile_wg_smem(mt) <= 227 << 10, "mt {mt}");
-            for splits in [1usize, 2, 4, 8, 16] {
-                assert!(splits <= TILE_WG_MAX_SPLITS);
+            for splits in [1usize, 2, 4, 8] {
+                assert!(splits <= TILE_MAX_SPLITS);
                 for rows in 1..=8 * mt {
                     let pairs = rows.div_ceil(2);
                     let local_rows = 2 * pairs.div_ceil(splits);

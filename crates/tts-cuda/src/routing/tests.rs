@@ -109,41 +109,6 @@ fn tile_split_aims_at_128_blocks_of_whole_k_tiles() {
 }
 
 #[test]
-fn tile_wg_split_takes_16_only_for_narrow_grids_that_fit_one_wave() {
-    // the code predictor's O (1024 x 2048) and down (1024 x 3072) at 17..=32 rows:
-    // 8 x 16 = 128 blocks
-    assert_eq!(tile_wg_split(1024, 2048, 32, 8), Some(16));
-    assert_eq!(tile_wg_split(1024, 3072, 17, 14), Some(16));
-    // not at 16 rows or fewer, where it measured slower
-    assert_eq!(tile_wg_split(1024, 2048, 16, 14), Some(8));
-    // not when the device holds fewer clusters of 16 than the grid has, or none
-    assert_eq!(tile_wg_split(1024, 2048, 32, 7), Some(8));
-    assert_eq!(tile_wg_split(1024, 2048, 32, 0), Some(8));
-    // grids tile_split already brings to 128 blocks keep its split
-    for (n, k) in [
-        (4096, 2048),
-        (2048, 6144),
-        (12288, 2048),
-        (6144, 1024),
-        (2048, 2048),
-    ] {
-        assert_eq!(tile_wg_split(n, k, 32, 64), tile_split(n, k), "{n}x{k}");
-    }
-    // 16 splits must keep whole K tiles (1024 / 16 = 64, 512 / 16 = 32: too short)
-    assert_eq!(tile_wg_split(1024, 1024, 32, 64), Some(16));
-    assert_eq!(tile_wg_split(1024, 512, 32, 64), Some(8));
-    assert_eq!(tile_wg_split(1000, 2048, 32, 64), None);
-    for n in (128..=16384).step_by(128) {
-        for k in [64, 192, 1024, 2048, 3072, 6144] {
-            if let Some(s) = tile_wg_split(n, k, 64, 64) {
-                assert!(k / s >= TILE_K && (k / s).is_multiple_of(TILE_K), "{n}x{k}");
-                assert!(s <= TILE_WG_MAX_SPLITS, "{n}x{k}");
-            }
-        }
-    }
-}
-
-#[test]
 fn wide_split_aims_at_192_blocks_with_slices_of_128_or_more() {
     // 1.7B talker and code-predictor shapes: (n / 128) x splits blocks
     assert_eq!(wide_split(4096, 2048), Some(8)); // 32 x 8, 256 wide

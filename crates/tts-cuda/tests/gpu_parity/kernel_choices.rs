@@ -1,5 +1,5 @@
 //! Whole stage calls on each kernel choice against the path it replaces: chained split
-//! rows, tile chains, tile_wg.cu's clusters of 16, row and grouped attention, the GEMV's norm chain, the code
+//! rows, tile chains, row and grouped attention, the GEMV's norm chain, the code
 //! predictor's QKV table, the staged GEMV and MMA.
 
 use super::*;
@@ -79,40 +79,6 @@ fn tile_chain_matches_separate_conversion() {
         };
         let chained = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
         let worst = assert_same_run_on_another_path("tile chain", name, &chained, &separate, 1e-4);
-        eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
-    }
-}
-
-/// `tile_wg.cu` over clusters of 16 blocks (`CudaOptions::tile_wg_cluster16`: the code
-/// predictor's O and down projections of the 1.7B, 8 tiles of 128 outputs, K split 16 ways
-/// instead of 8) computes what clusters of 8 compute, to f32 rounding: 20 rows in lock step
-/// (`tile_wg_linear_t4`) with f32 caches give identical sampled codes for 4 frames and
-/// last-head logits within 1e-4; on the 1.7B the logits are not bit-identical, so the wider
-/// clusters ran (another summing order). The demo model's shapes never take the tile path.
-#[test]
-fn tile_wg_clusters_of_16_match_clusters_of_8() {
-    let test = "tile_wg_clusters_of_16_match_clusters_of_8";
-    let rows = 20usize;
-    let opts = |tile_wg_cluster16| {
-        let mut o = CudaOptions {
-            tile_wg_cluster16,
-            ..options(true)
-        };
-        o.limits.max_slots = 24;
-        o.limits.max_batch = 32;
-        o
-    };
-    for name in models_to_check() {
-        let model = Model::load(name, LoadOptions::default()).unwrap();
-        let prompts = many_prompts(&model, rows, 3, |i| {
-            format!("Request {i}, its narrow layers split sixteen ways.")
-        });
-        let seeds: Vec<u64> = (0..rows as u64).map(|i| 240 + i).collect();
-        let Some(eight) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 4) else {
-            return;
-        };
-        let sixteen = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
-        let worst = assert_same_run_on_another_path("clusters of 16", name, &sixteen, &eight, 1e-4);
         eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
     }
 }

@@ -4,9 +4,7 @@
 //! against hand-built tiles first, then the kernels on the backend's launch plans.
 
 use crate::run_emulated;
-use tts_cuda::linear::{
-    tile_kernel, tile_smem, tile_split, tile_splits, tile_wg_smem, LinearPaths, TILE_K, TILE_N,
-};
+use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_smem, TILE_K, TILE_N};
 
 /// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue; the
 /// driver dispatches tile.cu's entry points too: `tile.rs`).
@@ -53,29 +51,14 @@ pub(crate) struct Call {
     pub again: bool,
 }
 
-/// Clusters of 16 blocks the emulated device holds at once, for every entry point (an H200
-/// holds more than the 8 the code predictor's narrow layers need: `Gpu::tile_wg_room16`).
-const ROOM16: usize = 8;
-
 /// The driver's arguments for `shape` at `m` rows on the launch the backend makes
 /// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, else
-/// tile.cu's), `tile_splits`' cluster size (with [`ROOM16`]), `n / 128` column blocks and
-/// the entry's shared memory (`tile_wg_smem` or `tile_smem`). Returns the cluster size.
-pub(crate) fn case(
-    args: &mut Vec<String>,
-    wg: bool,
-    shape: (usize, usize),
-    m: usize,
-    call: Call,
-) -> usize {
+/// tile.cu's), `tile_split`'s cluster size, `n / 128` column blocks and the entry's shared
+/// memory (`tile_wg_smem` or `tile_smem`).
+pub(crate) fn case(args: &mut Vec<String>, wg: bool, shape: (usize, usize), m: usize, call: Call) {
     let (n, k) = shape;
     assert!(n % TILE_N == 0);
-    let paths = LinearPaths {
-        tile_wg_room16: [ROOM16; 3],
-        ..LinearPaths::default()
-    };
-    let splits =
-        tile_splits(&paths, wg, n, k, m).unwrap_or_else(|| panic!("the tile kernels take {n}x{k}"));
+    let splits = tile_split(n, k).unwrap_or_else(|| panic!("the tile kernels take {n}x{k}"));
     // whole 64-wide K tiles per block of the cluster
     assert!((k / splits).is_multiple_of(TILE_K));
     let (name, mt) = tile_kernel(m, wg);
@@ -99,7 +82,6 @@ pub(crate) fn case(
     ];
     args.extend(fields.iter().map(|v| v.to_string()));
     args.extend(flags.iter().map(|&f| usize::from(f).to_string()));
-    splits
 }
 
 /// One talker step's four layers on `tile_wg_linear_t2` (3 and 16 rows), with the chain the
@@ -191,51 +173,6 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
     case(&mut args, true, (256, 192), 5, single);
     run_emulated(
         "tile_wg_t4_t8_and_single_blocks_match_the_reference",
-        "wgmma_tile.cpp",
-        FILES,
-        &args,
-    );
-}
-
-/// The code predictor's narrow layers (1.7B, hidden 1024: 8 tiles of 128 outputs) on
-/// clusters of 16 blocks, K split 16 ways (`routing::tile_wg_split`, from 17 rows):
-/// `tile_wg_linear_t4` runs O at 20 rows, the residual in place and the chain to gate/up
-/// (`xo`, `xo_g`, `ss_out`; 128 of K per block, ranks 10-15 own no row pair), and down at
-/// 17 rows (a separate residual) and 32 rows (the deferred norm of its input; 192 of K per
-/// block; every rank owns a row pair). `tile_wg_linear_t2` keeps clusters of 8.
-#[test]
-fn tile_wg_clusters_of_16_run_the_code_predictor_narrow_layers() {
-    const CP_O: (usize, usize) = (1024, 2048);
-    const CP_DOWN: (usize, usize) = (1024, 3072);
-    let mut args = Vec::new();
-    let o = Call {
-        res: true,
-        in_place: true,
-        xo: true,
-        xo_g: true,
-        ss_out: true,
-        again: true,
-        ..Call::default()
-    };
-    assert_eq!(case(&mut args, true, CP_O, 20, o), 16);
-    let down = Call {
-        res: true,
-        ..Call::default()
-    };
-    assert_eq!(case(&mut args, true, CP_DOWN, 17, down), 16);
-    let deferred = Call {
-        ss_in: true,
-        res: true,
-        in_place: true,
-        again: true,
-        ..Call::default()
-    };
-    assert_eq!(case(&mut args, true, CP_DOWN, 32, deferred), 16);
-    // tile.cu, and tile_wg.cu up to 16 rows, keep clusters of at most 8
-    assert_eq!(tile_split(CP_O.0, CP_O.1), Some(8));
-    assert_eq!(case(&mut Vec::new(), true, CP_O, 16, o), 8);
-    run_emulated(
-        "tile_wg_clusters_of_16_run_the_code_predictor_narrow_layers",
         "wgmma_tile.cpp",
         FILES,
         &args,
