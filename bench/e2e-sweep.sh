@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end sweep on the H200 (issue 6): the server with random:1.7b on CUDA and the
-# `qwen3-tts bench` client on loopback, one bench run per rate with a /metrics snapshot
-# after each (stage batch sizes and durations per rate come from their differences).
+# End-to-end sweep on the GPU machine (issue 6; the H200, or an H100): the server with
+# random:1.7b on CUDA and the `qwen3-tts bench` client on loopback, one bench run per rate
+# with a /metrics snapshot after each (stage batch sizes and durations per rate come from
+# their differences).
 # Usage (repository root of the device machine, binary carried in .device-carry/):
 #   RATES="1 10 40" LABEL=a OUT=... [SERVE_ARGS="--urgent-model-stages false"] [BENCH_ARGS=--raw] bash bench/e2e-sweep.sh
 # Stage work per rate window from the snapshots, here afterwards:
@@ -18,6 +19,10 @@ LABEL=${LABEL:-a}
 WARMUP=${WARMUP:-30}
 DURATION=${DURATION:-60}
 mkdir -p "$OUT/$LABEL"
+# the reports' label names the card (h200, h100, ...; GPU_TAG overrides)
+gpu_tag=${GPU_TAG:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+    | grep -oiE 'h[0-9]{3}' | head -1 | tr 'A-Z' 'a-z')}
+gpu_tag=${gpu_tag:-gpu}
 $D/qwen3-tts serve --model "${MODEL:-random:1.7b}" --device cuda --max-slots 192 --max-queue 256 \
     --port 8000 ${SERVE_ARGS:-} > "$OUT/$LABEL/server.log" 2>&1 &
 server=$!
@@ -31,7 +36,7 @@ for rate in ${RATES:-1 10 40}; do
     run=$rate
     while [ -e "$OUT/$LABEL/r$run" ]; do run="$run+"; done
     $D/qwen3-tts bench --url http://127.0.0.1:8000 --rates "$rate" --warmup "$WARMUP" \
-        --duration "$DURATION" --label "h200-$LABEL-$rate" --out "$OUT/$LABEL/r$run" ${BENCH_ARGS:-} \
+        --duration "$DURATION" --label "$gpu_tag-$LABEL-$rate" --out "$OUT/$LABEL/r$run" ${BENCH_ARGS:-} \
         > "$OUT/$LABEL/bench-$run.txt" 2>&1
     echo "rate $rate rc $?"
     curl -sf http://127.0.0.1:8000/metrics > "$OUT/$LABEL/metrics-$run.txt"
