@@ -5,9 +5,12 @@
 # Usage: VARIANTS="base: off:QWEN3_TTS_PERSISTENT_CP=0+QWEN3_TTS_PERSISTENT_TALKER=0" \
 #        BATCHES=1,2,4,8,16 TRACE=1 OUT=... bash bench/device-ab.sh
 # (a variant is NAME:KNOB=VALUE+KNOB=VALUE...; TRACE=1 adds the persistent kernels' phase trace)
+# Each variant writes two files, and a device call brings back only a few files from its
+# $OUT: there, set OUT to a scratch folder and PACK=<device call's $OUT>/<name>.tgz.
 set -u
 D=.device-carry
 OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 [ -d "$PWD/.device-carry/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/.device-carry/kcache
 if [ "${PARITY:-1}" = 1 ]; then
@@ -24,3 +27,4 @@ for v in ${VARIANTS:-base:}; do
     echo "variant $name ($knobs) rc $?"
     grep -E "^(prefill|code_predictor|talker_step|codec_decode) " "$OUT/stages_$name.txt" | head -60
 done
+if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")"; fi
