@@ -13,6 +13,7 @@ mod attention;
 mod batched;
 mod codec;
 mod conv;
+mod fp8;
 mod linear;
 mod mma;
 mod prefill;
