@@ -32,3 +32,23 @@ inline std::vector<double> gemv_row_ref(const std::vector<uint16_t>& w, const fl
     }
     return y;
 }
+
+// The output checks of a GEMV launch (gemv.cpp, gemv8.cpp): `y` (rows of stride `ldy`)
+// within 2e-5 of `want` in the first `outs` columns of the first `rows_valid` rows, and
+// every other element still `poison` (padding rows and columns, rows past the valid ones).
+inline void check_gemv_rows(const std::string& name, const std::vector<float>& y, const std::vector<double>& want,
+                            int ldy, int rows_valid, int outs, float poison) {
+    std::vector<float> got_valid;
+    std::vector<double> want_valid;
+    bool untouched = true;
+    for (size_t i = 0; i < y.size(); i++) {
+        if ((int)(i / ldy) < rows_valid && (int)(i % ldy) < outs) {
+            got_valid.push_back(y[i]);
+            want_valid.push_back(want[i]);
+        } else {
+            untouched &= y[i] == poison;
+        }
+    }
+    check::close(name, got_valid, want_valid, 2e-5);
+    check::expect(untouched, name + ": padding rows and columns, and rows past the valid ones, keep their poison");
+}
