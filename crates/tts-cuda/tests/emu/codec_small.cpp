@@ -2,31 +2,19 @@
 // to ±65504) and codec_zero (p[i] = 0) for i < n, exactly, with poison past n that must keep
 // its bits. argv per case: kernel (to_f16 | zero) n blocks; 256 threads a block.
 // The f16 reference is independent of cuda_names.hpp's f2h_sat twin: the value is clamped as
-// the kernel does (fminf/fmaxf: NaN gives the lower bound), rounded to the nearest multiple of
-// its binade's quantum in f64 (ties to even), then encoded.
+// the kernel does (fminf/fmaxf: NaN gives the lower bound), then rounded by codec_ref.hpp's
+// to_f16 (nearest, ties to even, in f64).
 
 #include "check.hpp"
+#include "codec_ref.hpp"
 
 namespace {
 
 const int kTail = 37;  // poisoned elements past n
 
-uint16_t f16_ref(float f) {
-    f = std::fmin(std::fmax(f, -65504.0f), 65504.0f);
-    const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-    const double a = std::fabs((double)f);
-    if (a == 0.0) return sign;
-    int e;
-    std::frexp(a, &e);  // a = frac · 2^e, frac in [0.5, 1): the binade 2^(e-1)
-    const int quantum = std::max(e - 1, -14) - 10;
-    const double n = std::nearbyint(std::ldexp(a, -quantum));  // exact, ties to even
-    const double r = std::ldexp(n, quantum);
-    if (r < std::ldexp(1.0, -14)) return (uint16_t)(sign | (uint16_t)n);  // subnormal (or 2^-14 exactly below)
-    int er;
-    std::frexp(r, &er);
-    const int mant = (int)(std::ldexp(r, 11 - er) - 1024.0);
-    return (uint16_t)(sign | (er - 1 + 15) << 10 | mant);
-}
+// The kernel's clamp (fminf/fmaxf: NaN gives the lower bound), then codec_ref.hpp's nearest
+// f16 (ties to even).
+uint16_t f16_ref(float f) { return codec::to_f16(std::fmin(std::fmax(f, -65504.0f), 65504.0f)); }
 
 // Values that exercise the rounding, then random ones of many magnitudes.
 std::vector<float> f16_inputs(int n) {

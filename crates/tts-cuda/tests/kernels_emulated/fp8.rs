@@ -7,13 +7,11 @@
 //! no twin of that instruction is written (the harness twins whole helpers of arch
 //! sections it compiles, and this one stays off). `gpu_parity` checks the device's path.
 
-use std::path::PathBuf;
-
 use tts_cuda::linear::{gemv_choice, gemv_ksplit};
 use tts_cuda::routing::{fp8_gemv, FP8_GEMV_MAX_ROWS};
 use tts_model::fp8::{e4m3_decode, Fp8Rows};
 
-use crate::run_emulated;
+use crate::{input_file, run_emulated};
 
 /// The built-in 1.7B talker's hidden and MLP widths.
 fn talker_widths() -> (usize, usize) {
@@ -23,15 +21,6 @@ fn talker_widths() -> (usize, usize) {
         .config
         .talker;
     (t.hidden_size, t.intermediate_size)
-}
-
-/// A file of the test's inputs beside the emulator's builds.
-fn input_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emu");
-    std::fs::create_dir_all(&dir).expect("target dir");
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).expect("write an input file");
-    path
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {

@@ -100,6 +100,20 @@ fn compiler() -> Option<String> {
     found.then_some(cxx)
 }
 
+/// The folder of the emulator's builds and the tests' input files (created).
+fn work_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
+    std::fs::create_dir_all(&dir).expect("target dir");
+    dir
+}
+
+/// A test's input file `name` holding `bytes`, beside the emulator's builds.
+pub(crate) fn input_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = work_dir().join(name);
+    std::fs::write(&path, bytes).expect("write an input file");
+    path
+}
+
 /// Builds `driver` (in tests/emu) with the kernel files `files` (common.cuh first, in the
 /// module's order), runs it with `args` and asserts that every check passed; returns its
 /// stdout. Skips (None) without a compiler.
@@ -108,8 +122,7 @@ fn run_emulated(test: &str, driver: &str, files: &[&str], args: &[String]) -> Op
         common::report_skip(&format!("{test}: no C++ compiler (set CXX or install g++)"));
         return None;
     };
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
-    std::fs::create_dir_all(&dir).expect("target dir");
+    let dir = work_dir();
     let emu = emu_dir();
     let mut unit = format!(
         "#include \"{}\"\n#include \"{}\"\n",

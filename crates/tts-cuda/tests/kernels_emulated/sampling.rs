@@ -1,7 +1,5 @@
 //! The GPU samplers against the CPU reference sampler.
 
-use std::path::Path;
-
 use crate::{common, run_emulated, H200_SMS};
 
 /// One row of a sampler launch: its slot (-1: padding), the slot's sampling settings and
@@ -487,8 +485,6 @@ fn samplers_pick_what_the_cpu_reference_picks() {
     // the inputs: one file per launch, shapes on the command line
     const MAX_SLOTS: usize = 8;
     let seen_words = talker_v.div_ceil(32);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu");
-    std::fs::create_dir_all(&dir).expect("target dir");
     let mut args = Vec::new();
     let mut want = Vec::new();
     for (i, l) in launches.iter().enumerate() {
@@ -524,8 +520,7 @@ fn samplers_pick_what_the_cpu_reference_picks() {
         for r in &l.rows {
             bytes.extend(r.logits.iter().flat_map(|x| x.to_le_bytes()));
         }
-        let path = dir.join(format!("sampling_{i}.bin"));
-        std::fs::write(&path, bytes).expect("write the sampler inputs");
+        let path = crate::input_file(&format!("sampling_{i}.bin"), &bytes);
         args.extend([l.kernel.to_string(), path.display().to_string()]);
         let extra = if talker {
             [
