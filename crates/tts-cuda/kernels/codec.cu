@@ -132,14 +132,8 @@ extern "C" __global__ void codec_rvq(const int* __restrict__ codes, const int* _
     }
 }
 
-// f32 -> f16 bits, round to nearest even, saturated to the finite range (f16 columns feed
-// cuBLAS f16 GEMMs: the same 10-bit mantissa as TF32, `CodecPrecision::F16`).
-__device__ __forceinline__ unsigned short f2h_sat(float f) {
-    unsigned short h;
-    f = fminf(fmaxf(f, -65504.0f), 65504.0f);
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
+// f16 columns (common.cuh's f2h_sat) feed cuBLAS f16 GEMMs: the same 10-bit mantissa as
+// TF32, `CodecPrecision::F16`.
 
 __device__ __forceinline__ void col_store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void col_store(unsigned short* p, float v) { *p = f2h_sat(v); }

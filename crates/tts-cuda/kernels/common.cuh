@@ -18,6 +18,15 @@ __device__ __forceinline__ float half_bits_to_f32(unsigned int h) {
     return f;
 }
 
+// f32 -> f16 bits, round to nearest even, saturated to the finite range (codec.cu's f16
+// columns, gemv8_mma.cu's split rows).
+__device__ __forceinline__ unsigned short f2h_sat(float f) {
+    unsigned short h;
+    f = fminf(fmaxf(f, -65504.0f), 65504.0f);
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
 // Round-to-nearest-even f32 -> bf16 (NaN kept quiet).
 __device__ __forceinline__ bf16 f2bf(float f) {
     unsigned int u = __float_as_uint(f);

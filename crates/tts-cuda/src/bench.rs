@@ -347,7 +347,8 @@ pub struct KernelTiming {
 
 /// Times linear layers on the release layer shapes for several row counts and each path
 /// that takes them (GEMV up to 8 rows, tensor cores, clusters, cuBLAS; the GEMV also over
-/// FP8 codes, `gemv8`, and with the fused RMSNorm, `+norm`): each case is a graph of 64
+/// FP8 codes, `gemv8`, on tensor cores where the rule would take them, `gemv8mma`, and
+/// with the fused RMSNorm, `+norm`): each case is a graph of 64
 /// launches cycling through enough weight copies to defeat the L2 cache. The bandwidth
 /// column counts the bytes of the weights the launch reads (1 per FP8 weight).
 pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
@@ -403,8 +404,11 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("gemv+norm", 1, path(gemv)),
             ("gemv8", 1, path(gemv)),
             ("gemv8+norm", 1, path(gemv)),
+            // (one row without a norm takes gemv8_* even when forced onto the codes)
+            ("gemv8mma+norm", 1, path(gemv)),
             ("gemv", 2, path(gemv)),
             ("gemv8", 2, path(gemv)),
+            ("gemv8mma", 2, path(gemv)),
             ("gemv", 4, path(gemv)),
             ("cluster", 4, path(cluster)),
             ("gemv", 8, path(gemv)),
@@ -465,6 +469,7 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             }
             scratch.paths = paths;
             scratch.paths.fp8_codes = Some(label.starts_with("gemv8"));
+            scratch.paths.fp8_mma = label.starts_with("gemv8mma");
             let scratch = &scratch;
             let launches = 64;
             let set: &[Linear] = if label.starts_with("gemv8") {

@@ -1,8 +1,9 @@
 //! Linear layers on the GPU: a bf16 weight `[N][K]` applied to f32 rows, with the fused
 //! RMSNorm prologue and bias / SiLU / SwiGLU-pair / residual epilogue of `gemv.cu`.
 //! An FP8 layer ([`Linear::new_fp8`]) also keeps its E4M3 codes and row scales: the GEMV
-//! streams those (half the bytes) where `routing::fp8_gemv` measured it faster, every
-//! other call the bf16 copy of the same (dequantized, bf16-exact) weights.
+//! streams those (half the bytes; on `gemv.cu`'s `gemv8_*` or `gemv8_mma.cu`'s tensor
+//! cores) where `routing::fp8_gemv` measured it faster, every other call the bf16 copy of
+//! the same (dequantized, bf16-exact) weights.
 //! Four paths (`routing` picks one per call): a GEMV launch (up to 8 rows); one launch of
 //! `mma_cluster.cu` (up to 64 rows on tensor cores, norm and epilogue fused, sm_90); or the
 //! rows converted to bf16 hi + lo parts (`to_bf16_rows`, which also applies the norm) and
@@ -22,7 +23,7 @@ use tts_model::fp8::Fp8Rows;
 use crate::device::{Arg, DBuf, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
-    cluster_split, tile_split, wide_split, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
+    cluster_split, tile_split, wide_split, Fp8Gemv, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
     GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
 use norm_chain::{NormChain, NormRows};
@@ -204,6 +205,7 @@ impl GemmScratch {
                 chain_attention: true,
                 chain_tile: true,
                 chain_gemv: true,
+                fp8_mma: true,
                 ..Default::default()
             },
             split_ready: Cell::new(None),
@@ -346,13 +348,30 @@ pub fn linear_then(
         y,
         ldy,
     };
-    if let Some(plan) = staged_mma_call(gpu, x, l.n, l.k, norm_p != 0) {
+    // two rows of an FP8 layer whose codes pay stream them on the GEMV path rather than
+    // the batched paths' bf16 copy. H100, talker step at 2 rows with the FP8 MLP: 1.610 ms
+    // on the bf16 copy, 1.553 with gate/up on `gemv8_mma.cu` and down on `gemv8_m2`; 1.674
+    // with only down on the codes, 1.649 with only gate/up (down then converts its own
+    // input rows: no `tile_wg.cu` layer before it writes them).
+    let fp8_rows = l.fp8.is_some()
+        && m == 2
+        && scratch.paths.fp8_kernel(m, l.n, l.k, norm_p != 0) != Fp8Gemv::Bf16;
+    if let Some(plan) = staged_mma_call(gpu, x, l.n, l.k, norm_p != 0).filter(|_| !fp8_rows) {
         return staged_mma(gpu, l, &call, plan);
     }
-    let path = path_for(&scratch.paths, x, l.n, l.k);
+    let path = if fp8_rows {
+        LinearPath::Gemv
+    } else {
+        path_for(&scratch.paths, x, l.n, l.k)
+    };
     if path == LinearPath::Gemv {
-        let codes = l.fp8.is_some() && scratch.paths.fp8_codes(m, l.n, l.k, norm_p != 0);
-        let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes).is_none();
+        // a norm-chain reader norms nothing itself: its codes cost no norm
+        let norms = norm_p != 0 && !NormChain::reads(scratch, norm_ready, &call, l.k);
+        let codes = match l.fp8 {
+            Some(_) => scratch.paths.fp8_kernel(m, l.n, l.k, norms),
+            None => Fp8Gemv::Bf16,
+        };
+        let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16).is_none();
         let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
         gemv(gpu, l, &call, codes, next.is_some(), chain)?;
         scratch.norm_ready.set(chain.record);
@@ -661,7 +680,14 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    gemv(gpu, l, &call, false, false, NormChain::default())
+    gemv(gpu, l, &call, Fp8Gemv::Bf16, false, NormChain::default())
+}
+
+/// Whether `gemv8_mma.cu` takes `rows` rows of width `k`: 64-wide K chunks, at most two
+/// rows, and its split rows (4·k·rows bytes) with its ~4.3 KiB of static shared memory
+/// within the 48 KiB a launch gets without asking.
+pub fn gemv8_mma_fits(k: usize, rows: usize) -> bool {
+    k.is_multiple_of(64) && (1..=2).contains(&rows) && 4 * k * rows <= 40 << 10
 }
 
 /// How many warps of a GEMV (`gemv.cu`, `gemv_staged.cu`) share one output row's K: more
@@ -695,7 +721,7 @@ fn gemv(
     gpu: &Gpu,
     l: &Linear,
     c: &RowCall,
-    codes: bool,
+    codes: Fp8Gemv,
     early: bool,
     chain: NormChain,
 ) -> Result<(), CudaError> {
@@ -705,7 +731,7 @@ fn gemv(
     let mut args = row_kernel_args(l, c).to_vec();
     args.push(Arg::I(ksplit as i32));
     if bucket == 0 {
-        if let Some(p) = staged_gemv_plan(gpu, l.n, l.k, codes) {
+        if let Some(p) = staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16) {
             args.extend([Arg::I(p.rows_per_block as i32), Arg::I(i32::from(early))]);
             return gpu.launch_reading(
                 (l.w.ptr, l.bf16_bytes()),
@@ -718,16 +744,24 @@ fn gemv(
             );
         }
     }
-    let (bf16_kernel, blocks) = gemv_choice(l.n, l.k, m);
-    // `codes` comes from `LinearPaths::fp8_codes`: at most FP8_GEMV_MAX_ROWS rows
+    let (bf16_kernel, mut blocks) = gemv_choice(l.n, l.k, m);
+    // `codes` comes from `LinearPaths::fp8_kernel`: at most FP8_GEMV_MAX_ROWS rows
     // the weights it streams: bf16, or one byte per E4M3 code
     let mut weights = (l.w.ptr, l.bf16_bytes());
-    let name = match l.fp8.as_ref().filter(|_| codes) {
+    let mut smem = 0;
+    let name = match l.fp8.as_ref().filter(|_| codes != Fp8Gemv::Bf16) {
         Some(f) => {
             args[0] = Arg::P(f.codes.ptr);
             args.push(Arg::P(f.scales.ptr));
             weights = (f.codes.ptr, l.n * l.k);
-            ["gemv8_m1", "gemv8_m2"][bucket]
+            if codes == Fp8Gemv::Mma {
+                // 16 outputs a block, the rows split into f16 hi / lo in shared memory
+                blocks = l.n.div_ceil(16);
+                smem = 4 * l.k * m; // m is the kernel's M (1 or 2: gemv8_mma_fits)
+                ["gemv8_mma_m1", "gemv8_mma_m2"][bucket]
+            } else {
+                ["gemv8_m1", "gemv8_m2"][bucket]
+            }
         }
         None => {
             args.push(Arg::P(0));
@@ -735,7 +769,15 @@ fn gemv(
         }
     };
     chain.apply(l.k, &mut args);
-    gpu.launch_reading(weights, name, (blocks as u32, 1, 1), 256, 0, None, &args)
+    gpu.launch_reading(
+        weights,
+        name,
+        (blocks as u32, 1, 1),
+        256,
+        smem as u32,
+        None,
+        &args,
+    )
 }
 
 /// The bf16 `gemv.cu` entry point for `rows` rows (1..=8) over an `n × k` layer and its

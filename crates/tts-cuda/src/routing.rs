@@ -40,14 +40,43 @@ pub enum LinearPath {
     Wide,
 }
 
-/// Whether a GEMV of `m` rows over an FP8 layer of `n` × `k` streams the E4M3 codes
-/// (`gemv8_*`) rather than the bf16 copy of the same values (`norm`: with the fused
-/// RMSNorm). From the H200 kernel table (`bench/results/2026-12-01-h200-fp8`): the codes
-/// win at one or two rows on the large matrices without the norm (talker down 7.4 vs
-/// 9.2 µs at one row); with the norm, on the small matrices and at more rows the bf16
-/// GEMV, which keeps twice as many loads per multiply-add and fewer registers, is faster.
-pub fn fp8_gemv(m: usize, n: usize, k: usize, norm: bool) -> bool {
-    m <= FP8_GEMV_MAX_ROWS && !norm && n * k >= 8 << 20
+/// Which kernel runs the GEMV of an FP8 layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Gemv {
+    /// The bf16 copy of the layer's values, on the bf16 GEMV.
+    Bf16,
+    /// The E4M3 codes on `gemv.cu`'s `gemv8_*` (each code widened to f32).
+    Simt,
+    /// The E4M3 codes on `gemv8_mma.cu` (each code an f16, on tensor cores).
+    Mma,
+}
+
+/// The kernel for a GEMV of `m` rows over an FP8 layer of `n` × `k` (`norm`: the kernel
+/// norms its own input; `mma`: `gemv8_mma.cu` is on and takes the shape). From the H100
+/// kernel table (`bench/results/2026-12-05-h100-fp8-gemv`, µs, talker gate/up 12288 × 2048):
+/// the codes pay on the large matrices (>= 8 Mi weights) at one and two rows; at one row
+/// without a norm on `gemv8_*` (13.4 against the bf16 GEMV's 18.2), with a norm and at two
+/// rows on tensor cores (16.1 normed against 20.3 bf16 and 20.4 on `gemv8_*`; 16.7 at two
+/// rows against 24.6 and 20.5), whose split rows cost a fixed prologue but no per-code
+/// conversions. Smaller matrices keep the bf16 GEMV (the codes' kernels lose there).
+pub fn fp8_gemv(m: usize, n: usize, k: usize, norm: bool, mma: bool) -> Fp8Gemv {
+    if m > FP8_GEMV_MAX_ROWS || n * k < 8 << 20 {
+        Fp8Gemv::Bf16
+    } else {
+        fp8_codes_kernel(m, norm, mma).unwrap_or(Fp8Gemv::Bf16)
+    }
+}
+
+/// The codes' kernel for `m` rows (`fp8_gemv`'s `norm`, `mma`): tensor cores with a norm or
+/// at two rows, else `gemv8_*`; None where neither pays (a norm without tensor cores).
+fn fp8_codes_kernel(m: usize, norm: bool, mma: bool) -> Option<Fp8Gemv> {
+    if mma && (norm || m == 2) {
+        Some(Fp8Gemv::Mma)
+    } else if norm {
+        None
+    } else {
+        Some(Fp8Gemv::Simt)
+    }
 }
 
 /// Most rows an FP8 GEMV launch takes (`gemv8_m1`, `gemv8_m2`).
@@ -180,8 +209,11 @@ pub struct LinearPaths {
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,
-    /// benchmarks), else [`fp8_gemv`].
+    /// benchmarks, `CudaOptions::fp8_codes`), else [`fp8_gemv`].
     pub fp8_codes: Option<bool>,
+    /// Whether those GEMVs run on tensor cores (`gemv8_mma.cu`) where it takes the shape
+    /// (`CudaOptions::fp8_mma`), else on `gemv.cu`'s `gemv8_*`.
+    pub fp8_mma: bool,
 }
 
 impl LinearPaths {
@@ -201,9 +233,16 @@ impl LinearPaths {
         Self { wide, ..self }
     }
 
-    /// Whether the GEMV of `m` rows over an FP8 `n × k` layer streams its E4M3 codes.
-    pub fn fp8_codes(&self, m: usize, n: usize, k: usize, norm: bool) -> bool {
-        m <= FP8_GEMV_MAX_ROWS && self.fp8_codes.unwrap_or_else(|| fp8_gemv(m, n, k, norm))
+    /// The kernel for the GEMV of `m` rows over an FP8 `n × k` layer (`norm`: the kernel
+    /// norms its own input): [`fp8_gemv`], or the codes always / never (`fp8_codes`).
+    pub fn fp8_kernel(&self, m: usize, n: usize, k: usize, norm: bool) -> Fp8Gemv {
+        let mma = self.fp8_mma && crate::linear::gemv8_mma_fits(k, m);
+        match self.fp8_codes {
+            _ if m > FP8_GEMV_MAX_ROWS => Fp8Gemv::Bf16,
+            None => fp8_gemv(m, n, k, norm, mma),
+            Some(false) => Fp8Gemv::Bf16,
+            Some(true) => fp8_codes_kernel(m, norm, mma).unwrap_or(Fp8Gemv::Simt),
+        }
     }
 
     /// Whether `path` can run `m` rows of an `n × k` weight here.

@@ -104,6 +104,15 @@ pub fn create_cuda(
         chain_tile: on_unless_zero("QWEN3_TTS_CHAIN_TILE"),
         // a one-row GEMV writes the next normed one's input rows (0: each norms its own)
         chain_gemv: on_unless_zero("QWEN3_TTS_CHAIN_GEMV"),
+        // FP8 codes on tensor cores where the rule takes them (0: never)
+        fp8_mma: on_unless_zero("QWEN3_TTS_FP8_MMA"),
+        // FP8 layers' GEMVs on their codes: 1 always, 0 never, unset: the routing rule
+        fp8_codes: match std::env::var("QWEN3_TTS_FP8_CODES").as_deref() {
+            Ok("1") => Some(true),
+            Ok("0") => Some(false),
+            Ok(v) => anyhow::bail!("QWEN3_TTS_FP8_CODES={v}: expected 1 or 0 (unset: the rule)"),
+            Err(_) => None,
+        },
         // prompt heads kept for prefill (0: off)
         prefix_cache: count_knob(
             "QWEN3_TTS_PREFIX_CACHE",

@@ -89,6 +89,14 @@ pub struct CudaOptions {
     /// product loop (the talker step's O -> gate/up and down -> next QKV;
     /// `linear::norm_chain`). Off: each norms its own input.
     pub chain_gemv: bool,
+    /// Let the GEMVs that stream an FP8 layer's E4M3 codes run on tensor cores
+    /// (`gemv8_mma.cu`: each code an f16, the rows split into f16 hi + lo) where
+    /// `routing::fp8_gemv` measured it faster (a fused norm, two rows) and the shape fits.
+    /// Off: `gemv.cu`'s `gemv8_*` (each code widened to f32) or the bf16 copy.
+    pub fp8_mma: bool,
+    /// Whether an FP8 layer's GEMVs stream its codes: always / never; None, the default:
+    /// `routing::fp8_gemv`'s rule.
+    pub fp8_codes: Option<bool>,
     /// The code predictor's short-cache attention by kv-head group (one block for all the
     /// q heads of a group) always / never; None, the default: when one block per q head
     /// would be more than the device holds at once (`stack::short_attention_by_group`).
@@ -279,6 +287,8 @@ impl Default for CudaOptions {
             chain_attention: true,
             chain_tile: true,
             chain_gemv: true,
+            fp8_mma: true,
+            fp8_codes: None,
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,

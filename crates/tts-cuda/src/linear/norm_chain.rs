@@ -62,7 +62,7 @@ impl NormChain {
             return Self::default();
         }
         let bufs = (scratch.chain_x.ptr, scratch.chain_ss.ptr);
-        if ready.is_some_and(|r| r.serves(c.x, l.k, c.norm)) {
+        if Self::reads(scratch, ready, c, l.k) {
             return Self {
                 read: Some(bufs),
                 ..Self::default()
@@ -89,6 +89,19 @@ impl NormChain {
                 norm: g,
             }),
         }
+    }
+
+    /// Whether a call `c` over width `k` on `gemv.cu`'s one-row body reads the rows the
+    /// call before left (`ready`) instead of norming its own input.
+    pub(super) fn reads(
+        scratch: &GemmScratch,
+        ready: Option<NormRows>,
+        c: &RowCall,
+        k: usize,
+    ) -> bool {
+        c.x.count == 1
+            && scratch.paths.chain_gemv
+            && ready.is_some_and(|r| r.serves(c.x, k, c.norm))
     }
 
     /// Points the arguments (`row_kernel_args` order) of a GEMV over `k` columns at the

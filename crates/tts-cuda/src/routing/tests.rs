@@ -4,22 +4,43 @@ use super::*;
 
 #[test]
 fn fp8_codes_go_to_the_gemvs_that_measured_faster_on_them() {
-    let rule = LinearPaths::default();
-    // talker down (12 Mi weights, no norm) at one and two rows
-    assert!(rule.fp8_codes(1, 2048, 6144, false) && rule.fp8_codes(2, 2048, 6144, false));
-    // with the fused norm, on small matrices and from three rows: the bf16 copy
-    assert!(!rule.fp8_codes(1, 12288, 2048, true));
-    assert!(!rule.fp8_codes(1, 1024, 2048, false));
-    assert!(!rule.fp8_codes(3, 2048, 6144, false));
+    use Fp8Gemv::{Bf16, Mma, Simt};
+    let rule = LinearPaths {
+        fp8_mma: true,
+        ..Default::default()
+    };
+    // talker down (12 Mi weights, no norm): gemv8_* at one row; at two its split rows
+    // (48 KiB) do not fit gemv8_mma.cu's shared memory
+    assert_eq!(rule.fp8_kernel(1, 2048, 6144, false), Simt);
+    assert_eq!(rule.fp8_kernel(2, 2048, 6144, false), Simt);
+    // gate/up (24 Mi): a chain reader at one row on gemv8_*; normed, or at two rows, on
+    // tensor cores
+    assert_eq!(rule.fp8_kernel(1, 12288, 2048, false), Simt);
+    assert_eq!(rule.fp8_kernel(1, 12288, 2048, true), Mma);
+    assert_eq!(rule.fp8_kernel(2, 12288, 2048, true), Mma);
+    assert_eq!(rule.fp8_kernel(2, 4096, 2048, false), Mma);
+    // small matrices and three rows or more: the bf16 copy
+    assert_eq!(rule.fp8_kernel(1, 1024, 2048, false), Bf16);
+    assert_eq!(rule.fp8_kernel(3, 2048, 6144, false), Bf16);
+    // without gemv8_mma.cu a normed layer keeps the bf16 copy (gemv8_*'s norm is slow)
+    let simt_only = LinearPaths::default();
+    assert_eq!(simt_only.fp8_kernel(1, 12288, 2048, true), Bf16);
+    assert_eq!(simt_only.fp8_kernel(2, 12288, 2048, false), Simt);
     let always = LinearPaths {
         fp8_codes: Some(true),
         ..Default::default()
     };
-    assert!(always.fp8_codes(1, 1024, 2048, true));
-    assert!(
-        !always.fp8_codes(3, 1024, 2048, true),
+    assert_eq!(always.fp8_kernel(1, 1024, 2048, true), Simt);
+    assert_eq!(
+        always.fp8_kernel(3, 1024, 2048, true),
+        Bf16,
         "the FP8 kernels take two rows"
     );
+    let never = LinearPaths {
+        fp8_codes: Some(false),
+        ..rule
+    };
+    assert_eq!(never.fp8_kernel(1, 2048, 6144, false), Bf16);
 }
 
 #[test]

@@ -276,7 +276,7 @@ inline float ld_cluster_rank(unsigned a, unsigned rank) {
 }
 
 // ---- twins of PTX helpers that kernel sources define themselves: the f16 conversions
-// (common.cuh's half_bits_to_f32, codec.cu's f2h_sat) and codec.cu's 16-byte cp.async
+// (common.cuh's half_bits_to_f32 and f2h_sat) and codec.cu's 16-byte cp.async
 // (codec_cp16). An `asm` statement's operands cannot be reached here, so each helper's name
 // becomes a call with one more argument, EmuTwin(): at a call it is an EmuTwin value, which
 // only the twin below takes; in the source's own definition it declares an unnamed

@@ -1,15 +1,18 @@
-// Emulated check of gemv.cu's FP8 entries (gemv8_m1, gemv8_m2) against an f64 reference of
+// Emulated check of the FP8 GEMVs (gemv.cu's gemv8_m1 / gemv8_m2, gemv8_mma.cu's
+// gemv8_mma_m1 / gemv8_mma_m2 on tensor cores) against an f64 reference of
 //   y[m][n] = act(inv_m · Σ_k xin[m][k] W[n][k] + bias[n]) + res[m][n],
 // W[n][k] = e4m3(codes[n][k]) · scales[n] (the codes and scales of tts_model::fp8::Fp8Rows,
 // from files the test writes); the dequantized weights are exact in bf16, so the reference is
 // gemv_ref.hpp's. Also: rows past the valid ones and the row padding keep their poison; each
 // row of a two-row launch has the bits of a one-row launch on that row; a norm-chain writer's
-// next-layer input and Σ y² pair partials; and the E4M3 decoder the kernels run
+// next-layer input and Σ y² pair partials; a norm-chain reader (x = g ⊙ y and y's Σ y² pair
+// partials: the fused norm's result on y); and the E4M3 decoder gemv.cu runs
 // (e4m3x4_to_f32: its fallback, gemv.cu being compiled without __CUDA_ARCH__) on every code
 // in every byte position, against an independent decode here, itself checked against
 // tts_model's e4m3_decode table.
-// argv: e4m3_table, then per case: M N K blocks ksplit act norm bias res (0 none, 1 own
-// buffer, 2 in place) writer codes_file scales_file.
+// argv: e4m3_table, then per case: kernel (0 gemv8, 1 gemv8_mma) M N K blocks ksplit act norm
+// bias res (0 none, 1 own buffer, 2 in place) writer reader xmag (x values in ±2^xmag)
+// codes_file scales_file.
 
 #include <fstream>
 
@@ -76,13 +79,14 @@ void check_e4m3(const std::string& table_path) {
 }
 
 struct Case {
-    int M, N, K, blocks, ksplit, act, norm, bias, res, writer;
+    int kernel, M, N, K, blocks, ksplit, act, norm, bias, res, writer, reader, xmag;
     std::string codes, scales;
 };
 
 struct Inputs {
     std::vector<uint4> codes;  // 16-byte aligned, as the kernel's loads need
-    std::vector<float> scales, x, g, bias, res, xo_g;
+    // x: the kernel's input rows (a reader's g ⊙ y), y_in: a reader's y, ss: its partials
+    std::vector<float> scales, x, y_in, ss, g, bias, res, xo_g;
     int ldx, ldy, ldr;
 };
 
@@ -102,16 +106,23 @@ Out launch(const Case& c, const Inputs& in, int kernel_m, int row0, int rows) {
     const float* res = c.res == 1 ? in.res.data() + (size_t)row0 * in.ldr : c.res == 2 ? o.y.data() : nullptr;
     const int ldr = c.res == 2 ? in.ldy : in.ldr;
     const auto* W = (const unsigned char*)in.codes.data();
-    emu::launch(dim3(c.blocks), dim3(256), 0, 1, [&] {
+    const float* ss_in = c.reader ? in.ss.data() + (size_t)row0 * (c.K / 2) : nullptr;
+    // gemv8_mma: its split rows in dynamic shared memory (linear.rs: 4·K·M bytes)
+    const size_t smem = c.kernel ? (size_t)4 * c.K * kernel_m : 0;
+    emu::launch(dim3(c.blocks), dim3(256), smem, 1, [&] {
 #define GEMV8_ARGS                                                                                     \
     W, c.N, c.K, X, in.ldx, c.norm ? in.g.data() : nullptr, 1e-6f, c.bias ? in.bias.data() : nullptr,   \
-        c.act, res, ldr, o.y.data(), in.ldy, rows, c.ksplit, in.scales.data(), nullptr, 0,              \
-        c.writer ? o.xo.data() : nullptr, c.writer ? in.xo_g.data() : nullptr,                          \
+        c.act, res, ldr, o.y.data(), in.ldy, rows, c.ksplit, in.scales.data(), ss_in,                   \
+        c.reader ? c.K / 2 : 0, c.writer ? o.xo.data() : nullptr, c.writer ? in.xo_g.data() : nullptr,  \
         c.writer ? o.ss.data() : nullptr
-        if (kernel_m == 1)
+        if (c.kernel == 0 && kernel_m == 1)
             gemv8_m1(GEMV8_ARGS);
-        else
+        else if (c.kernel == 0)
             gemv8_m2(GEMV8_ARGS);
+        else if (kernel_m == 1)
+            gemv8_mma_m1(GEMV8_ARGS);
+        else
+            gemv8_mma_m2(GEMV8_ARGS);
 #undef GEMV8_ARGS
     });
     return o;
@@ -131,9 +142,21 @@ void run_case(const Case& c) {
     std::memcpy(in.scales.data(), scales.data(), scales.size());
 
     check::Rng rng((uint64_t)c.N * 7919 + c.K * 31 + c.M * 7 + c.act + c.norm * 3);
-    in.x = check::f32_values(rng, (size_t)c.M * in.ldx, 1.0f);
+    in.x = check::f32_values(rng, (size_t)c.M * in.ldx, std::ldexp(1.0f, c.xmag));
     in.g.resize(c.K);
     for (auto& v : in.g) v = 1.0f + rng.sym(0.1f);
+    if (c.reader) {
+        // the writer before it left x = g ⊙ y and y's Σ y² by pair; the reference is the
+        // fused norm on y
+        in.y_in = in.x;
+        in.ss.assign((size_t)c.M * (c.K / 2), 0.0f);
+        for (int m = 0; m < c.M; m++)
+            for (int k = 0; k < c.K; k++) {
+                const float y = in.y_in[(size_t)m * in.ldx + k];
+                in.x[(size_t)m * in.ldx + k] = in.g[k] * y;
+                in.ss[(size_t)m * (c.K / 2) + k / 2] += y * y;
+            }
+    }
     in.bias = check::f32_values(rng, c.N, 0.5f);
     in.res = check::f32_values(rng, (size_t)c.M * in.ldr, 1.0f);
     in.xo_g.resize(c.N);
@@ -148,16 +171,19 @@ void run_case(const Case& c) {
         exact &= check::from_bf16(w[i]) == v;
     }
 
-    const std::string name = "gemv8_m" + std::to_string(c.M) + " " + std::to_string(c.N) + "x" +
+    const std::string name = std::string(c.kernel ? "gemv8_mma_m" : "gemv8_m") + std::to_string(c.M) + " " +
+                             std::to_string(c.N) + "x" +
                              std::to_string(c.K) + " act " + std::to_string(c.act) + (c.norm ? " norm" : "") +
                              (c.bias ? " bias" : "") + (c.res == 1 ? " res" : c.res == 2 ? " res in place" : "") +
-                             (c.writer ? " chain writer" : "") + " (" + std::to_string(c.blocks) +
+                             (c.writer ? " chain writer" : "") + (c.reader ? " chain reader" : "") +
+                             (c.xmag ? " x in ±2^" + std::to_string(c.xmag) : "") + " (" + std::to_string(c.blocks) +
                              " blocks, ksplit " + std::to_string(c.ksplit) + ")";
     check::expect(exact, name + ": the dequantized weights are exact in bf16");
 
     std::vector<double> want((size_t)(c.M + 1) * in.ldy, kPoison), want_xo, want_ss;
     for (int m = 0; m < c.M; m++) {
-        const auto y = gemv_row_ref(w, in.x.data() + (size_t)m * in.ldx, c.norm ? in.g.data() : nullptr,
+        const float* xr = (c.reader ? in.y_in : in.x).data() + (size_t)m * in.ldx;
+        const auto y = gemv_row_ref(w, xr, c.norm || c.reader ? in.g.data() : nullptr,
                                     c.bias ? in.bias.data() : nullptr,
                                     c.res ? in.res.data() + (size_t)m * in.ldr : nullptr, c.N, c.K, c.act, 1e-6f);
         std::copy(y.begin(), y.end(), want.begin() + (size_t)m * in.ldy);
@@ -184,23 +210,25 @@ void run_case(const Case& c) {
             const Out one = launch(c, in, 1, m, 1);
             same &= std::memcmp(one.y.data(), o.y.data() + (size_t)m * in.ldy, (size_t)outs * 4) == 0;
         }
-        check::expect(same, name + ": each row has the bits of gemv8_m1 on that row alone");
+        check::expect(same, name + ": each row has the bits of a one-row launch on that row alone");
     }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    const int per = 12;
+    const int per = 15;
     if (argc < 2 || (argc - 2) % per != 0)
-        emu::fail("usage: gemv8 e4m3_table (M N K blocks ksplit act norm bias res writer codes scales)...");
+        emu::fail("usage: gemv8 e4m3_table (kernel M N K blocks ksplit act norm bias res writer reader xmag codes "
+                  "scales)...");
     check_e4m3(argv[1]);
     for (int i = 2; i < argc; i += per) {
         Case c;
-        int* f[] = {&c.M, &c.N, &c.K, &c.blocks, &c.ksplit, &c.act, &c.norm, &c.bias, &c.res, &c.writer};
-        for (int j = 0; j < 10; j++) *f[j] = std::atoi(argv[i + j]);
-        c.codes = argv[i + 10];
-        c.scales = argv[i + 11];
+        int* f[] = {&c.kernel, &c.M,   &c.N,   &c.K,      &c.blocks, &c.ksplit, &c.act,
+                    &c.norm,   &c.bias, &c.res, &c.writer, &c.reader, &c.xmag};
+        for (int j = 0; j < 13; j++) *f[j] = std::atoi(argv[i + j]);
+        c.codes = argv[i + 13];
+        c.scales = argv[i + 14];
         run_case(c);
     }
     return check::failures() ? 1 : 0;

@@ -276,11 +276,12 @@ fn tensor_core_linear_matches_the_gemv() {
     }
 }
 
-/// The FP8 GEMV (`gemv8_*`: E4M3 codes, scale per row) against the bf16 GEMV over the
-/// dequantized weights (the same numbers, bf16-exact): one and two rows (the FP8
-/// kernels' sizes; here forced onto the codes, whatever `routing::fp8_gemv` would pick),
-/// with and without the norm, every epilogue, on shapes of both stacks' layers (K of
-/// 1024 to 6144, so each K split of the launch is covered).
+/// The FP8 GEMVs (E4M3 codes, scale per row: `gemv.cu`'s `gemv8_*` and `gemv8_mma.cu`'s
+/// tensor-core `gemv8_mma_*`) against the bf16 GEMV over the dequantized weights (the
+/// same numbers, bf16-exact): one and two rows (the FP8 kernels' sizes; here forced onto
+/// the codes, whatever `routing::fp8_gemv` would pick), with and without the norm, every
+/// epilogue, on shapes of both stacks' layers (K of 1024 to 6144, so each K split of the
+/// launch is covered).
 #[test]
 fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
     use tts_cuda::linear::{linear, Act, GemmScratch, Linear, LinearPath, LinearPaths, Rows};
@@ -289,16 +290,22 @@ fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
         return;
     };
     let mut rnd = common::uniform(777, -1.0, 1.0);
-    let mut scratch = GemmScratch::new(&gpu, 16, 6144, 4096).unwrap();
+    let mut scratch = GemmScratch::new(&gpu, 16, 6144, 12288).unwrap();
     scratch.paths = LinearPaths::forced(LinearPath::Gemv, false, false);
     scratch.paths.fp8_codes = Some(true);
-    for (n, k) in [
-        (4096, 1024),
-        (1024, 2048),
-        (2048, 6144),
-        (6144, 1024),
-        (256, 3072),
+    for (n, k, mma) in [
+        (4096, 1024, false),
+        (1024, 2048, false),
+        (2048, 6144, false),
+        (6144, 1024, false),
+        (256, 3072, false),
+        (4096, 1024, true),
+        (1024, 2048, true),
+        (2048, 6144, true),
+        (12288, 2048, true),
+        (256, 3072, true),
     ] {
+        scratch.paths.fp8_mma = mma;
         // a row-dependent magnitude, a few outliers and some subnormal-range values
         let w: Vec<f32> = (0..n * k)
             .map(|i| {
@@ -359,7 +366,7 @@ fn fp8_gemv_matches_the_bf16_gemv_on_the_same_weights() {
                 let err = rel_err(&outs[0], &outs[1]);
                 assert!(
                     err < 1e-5,
-                    "{n}x{k} m={m} act={act:?} norm {}: fp8 vs bf16 GEMV rel err {err}",
+                    "{n}x{k} m={m} act={act:?} norm {} (tensor cores {mma}): fp8 vs bf16 GEMV rel err {err}",
                     norm.is_some()
                 );
                 let moved = outs[0].iter().zip(&res).any(|(a, b)| a != b);
