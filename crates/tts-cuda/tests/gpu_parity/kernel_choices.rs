@@ -1,6 +1,6 @@
 //! Whole stage calls on each kernel choice against the path it replaces: chained split
 //! rows, tile chains, row and grouped attention, the GEMV's norm chain, the code
-//! predictor's QKV table, the staged GEMV and MMA.
+//! predictor's QKV table, the staged GEMV and MMA, an FP8 layer's codes.
 
 use super::*;
 use crate::lock_step::*;
@@ -303,6 +303,43 @@ fn staged_mma_stages_match_the_other_paths() {
                 );
             }
             eprintln!("{test}: {name}, {rows} rows: 4 frames of the same codes");
+        }
+    }
+}
+
+/// An FP8 layer's codes (`CudaOptions::fp8_codes`: `gemv.cu`'s `gemv8_*`, `gemv8_mma.cu` for
+/// normed layers and two rows, two-row calls taken off the batched paths) compute what
+/// its bf16 copy computes on the default paths: the same dequantized values, with every
+/// decoder-layer matrix FP8 (`Fp8Scope::Layers`), 1 and 2 rows in lock step, f32 caches:
+/// identical sampled codes for 4 frames and last-head logits within 1e-4; on the demo
+/// model (whose matrices are below the rule's size: forced onto the codes) and the
+/// full-size 1.7B geometry (the rule's own routes).
+#[test]
+fn fp8_codes_match_their_bf16_copy() {
+    let test = "fp8_codes_match_their_bf16_copy";
+    let opts = |fp8_codes| CudaOptions {
+        fp8: Fp8Scope::Layers,
+        fp8_codes,
+        ..options(true)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let codes = if name == "demo" { Some(true) } else { None };
+        for rows in [1usize, 2] {
+            let prompts = many_prompts(&model, rows, 2, |i| {
+                format!("FP8 row {i}, its codes against their bf16 copy.")
+            });
+            let seeds: Vec<u64> = (0..rows as u64).map(|i| 410 + i).collect();
+            let Some(copy) = lock_step_on(&model, test, opts(Some(false)), &prompts, &seeds, 4)
+            else {
+                return;
+            };
+            let streamed = lock_step_on(&model, test, opts(codes), &prompts, &seeds, 4).unwrap();
+            let what = format!("fp8 codes, {rows} rows");
+            let worst = assert_same_run_on_another_path(&what, name, &streamed, &copy, 1e-4);
+            eprintln!(
+                "{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}"
+            );
         }
     }
 }
