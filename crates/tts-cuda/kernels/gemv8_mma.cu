@@ -1,10 +1,12 @@
 // gemv8_mma.cu — gemv.cu's FP8 GEMV (`gemv8_*`: the same arguments, epilogue, fused norm
 // and norm chain) on tensor cores, for one or two rows:
 //   y[m][n] = epilogue( inv_m · scales[n] · Σ_k xin[m][k] · e4m3(W[n][k]) )
-// Why: gemv8_* widens every code to f32 (a conversion pair and an FMA per weight) and ran
-// at half the bf16 GEMV's bandwidth on the H200 (talker gate_up 1.9 TB/s): bound by its
-// conversions, not memory. Here a code becomes an f16 (value / 256) with two integer ops
-// per pair and the products run on mma.m16n8k16 with f32 accumulation.
+// Here a code becomes an f16 (value / 256) with two integer ops per pair and the products
+// run on mma.m16n8k16 with f32 accumulation. Where it pays (H100 kernel table,
+// bench/results/2026-12-05-h100-fp8-gemv; routing::fp8_gemv): with a fused norm (talker
+// gate/up 16.1 µs against 20.4 on gemv8_m1, 20.3 on the bf16 GEMV) and at two rows (16.7
+// against 20.5 and 24.6); at one row without a norm its prologue (two passes over x,
+// three barriers) makes it slower than gemv8_m1 (15.2 against 13.4).
 //
 // Operands: A = 16 weight rows × 16 k (f16, exact: every E4M3 value / 256 is an f16,
 // subnormals included); B = the rows of x, each split into f16 hi = f16(x·s) and lo =
