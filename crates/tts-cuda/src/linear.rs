@@ -348,14 +348,19 @@ pub fn linear_then(
         y,
         ldy,
     };
+    // the GEMV kernel over an FP8 layer's values (a norm-chain reader, one row on the
+    // GEMV's body, norms nothing itself: its codes cost no norm)
+    let norms = norm_p != 0 && !NormChain::reads(scratch, norm_ready, &call, l.k);
+    let codes = match l.fp8 {
+        Some(_) => scratch.paths.fp8_kernel(m, l.n, l.k, norms),
+        None => Fp8Gemv::Bf16,
+    };
     // two rows of an FP8 layer whose codes pay stream them on the GEMV path rather than
     // the batched paths' bf16 copy. H100, talker step at 2 rows with the FP8 MLP: 1.610 ms
     // on the bf16 copy, 1.553 with gate/up on `gemv8_mma.cu` and down on `gemv8_m2`; 1.674
     // with only down on the codes, 1.649 with only gate/up (down then converts its own
     // input rows: no `tile_wg.cu` layer before it writes them).
-    let fp8_rows = l.fp8.is_some()
-        && m == 2
-        && scratch.paths.fp8_kernel(m, l.n, l.k, norm_p != 0) != Fp8Gemv::Bf16;
+    let fp8_rows = m == 2 && codes != Fp8Gemv::Bf16;
     if let Some(plan) = staged_mma_call(gpu, x, l.n, l.k, norm_p != 0).filter(|_| !fp8_rows) {
         return staged_mma(gpu, l, &call, plan);
     }
@@ -365,12 +370,6 @@ pub fn linear_then(
         path_for(&scratch.paths, x, l.n, l.k)
     };
     if path == LinearPath::Gemv {
-        // a norm-chain reader norms nothing itself: its codes cost no norm
-        let norms = norm_p != 0 && !NormChain::reads(scratch, norm_ready, &call, l.k);
-        let codes = match l.fp8 {
-            Some(_) => scratch.paths.fp8_kernel(m, l.n, l.k, norms),
-            None => Fp8Gemv::Bf16,
-        };
         let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16).is_none();
         let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
         gemv(gpu, l, &call, codes, next.is_some(), chain)?;
@@ -687,7 +686,13 @@ pub fn gemv_rows(
 /// rows, and its split rows (4·k·rows bytes) with its ~4.3 KiB of static shared memory
 /// within the 48 KiB a launch gets without asking.
 pub fn gemv8_mma_fits(k: usize, rows: usize) -> bool {
-    k.is_multiple_of(64) && (1..=2).contains(&rows) && 4 * k * rows <= 40 << 10
+    k.is_multiple_of(64) && (1..=2).contains(&rows) && gemv8_mma_smem(k, rows) <= 40 << 10
+}
+
+/// The dynamic shared memory of a `gemv8_mma.cu` launch over `rows` rows of width `k`:
+/// each row's f16 hi and lo parts.
+fn gemv8_mma_smem(k: usize, rows: usize) -> usize {
+    4 * k * rows
 }
 
 /// How many warps of a GEMV (`gemv.cu`, `gemv_staged.cu`) share one output row's K: more
@@ -757,7 +762,7 @@ fn gemv(
             if codes == Fp8Gemv::Mma {
                 // 16 outputs a block, the rows split into f16 hi / lo in shared memory
                 blocks = l.n.div_ceil(16);
-                smem = 4 * l.k * m; // m is the kernel's M (1 or 2: gemv8_mma_fits)
+                smem = gemv8_mma_smem(l.k, m); // m is the kernel's M (gemv8_mma_fits)
                 ["gemv8_mma_m1", "gemv8_mma_m2"][bucket]
             } else {
                 ["gemv8_m1", "gemv8_m2"][bucket]
