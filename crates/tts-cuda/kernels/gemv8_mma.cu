@@ -5,8 +5,10 @@
 // run on mma.m16n8k16 with f32 accumulation. Where it pays (H100 kernel table,
 // bench/results/2026-12-05-h100-fp8-gemv; routing::fp8_gemv): with a fused norm (talker
 // gate/up 16.1 µs against 20.4 on gemv8_m1, 20.3 on the bf16 GEMV) and at two rows (16.7
-// against 20.5 and 24.6); at one row without a norm its prologue (two passes over x,
-// three barriers) makes it slower than gemv8_m1 (15.2 against 13.4).
+// against 20.5 and 24.6); at one row without a norm it was slower than gemv8_m1 (15.2
+// against 13.4). Its prologue, once two passes over x and three barriers, is now one pass
+// and two barriers: 4-9 % faster with a norm at one row, -6 % to +2 % at two rows (talker
+// gate/up 15.3 and 17.0 µs; bench/results/2026-12-05-h100-fp8-prologue).
 //
 // Operands: A = 16 weight rows × 16 k (f16, exact: every E4M3 value / 256 is an f16,
 // subnormals included); B = the rows of x, each split into f16 hi = f16(x·s) and lo =
@@ -21,8 +23,9 @@
 // Grid: ceil(N / 16) blocks of 256 threads; block b owns rows 16b .. 16b+15, its 8 warps
 // take the K chunks w, w+8, ... (G8T_U chunks in flight, the first pass loaded before the
 // PDL wait) and meet in shared memory in a fixed order. Dynamic shared memory: 4·K·M
-// bytes. Needs K % 64 == 0 and 16-byte aligned code rows (the host checks). Rows m >=
-// rows_valid write nothing; a row's result does not depend on M. `ksplit` is unused.
+// bytes. Needs K % 64 == 0, K·M <= 10240 (the prologue's loop bound) and 16-byte aligned
+// code rows (the host checks). Rows m >= rows_valid write nothing; a row's result does not
+// depend on M. `ksplit` is unused.
 
 #define G8T_WARPS 8
 #define G8T_U 4
@@ -46,22 +49,33 @@ __device__ __forceinline__ unsigned e4m3_pair13(unsigned v) {
     return (v & 0x80008000u) | ((v >> 1) & 0x3f803f80u);
 }
 
-// xin of every row in B-fragment order: word ((c·4 + t)·2M + col)·8 + 2j + h of `sx` holds
-// the f16 pair of column col (2m: hi, 2m+1: lo of row m) at physical k = 64c + 16t + 4j +
-// (h ? {1, 3} : {0, 2}). `scale[m]` is row m's s.
-template <int M>
-__device__ __forceinline__ void g8t_fill(unsigned* sx, const float* __restrict__ X, int ldx,
-                                         int K, const float* __restrict__ norm_w,
-                                         const float* scale) {
-    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
-        const int k = 4 * i, c = k >> 6, t = (k >> 4) & 3, j = (k >> 2) & 3;
-        float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
-        if (norm_w) gv = *(const float4*)(norm_w + k);
+// xin of row m at k .. k+3 (x times the norm's weights, when fused).
+__device__ __forceinline__ float4 g8t_xin(const float* __restrict__ X, int ldx, int m, int k,
+                                          const float* __restrict__ norm_w) {
+    const float4 xv = *(const float4*)(X + (size_t)m * ldx + k);
+    if (!norm_w) return xv;
+    const float4 gv = *(const float4*)(norm_w + k);
+    return make_float4(xv.x * gv.x, xv.y * gv.y, xv.z * gv.z, xv.w * gv.w);
+}
+
+// Row m's xin·s (s = scale[m]) in B-fragment order: word ((c·4 + t)·2M + col)·8 + 2j + h
+// of `sx` holds the f16 pair of column col (2m: hi, 2m+1: lo of row m) at physical k = 64c
+// + 16t + 4j + (h ? {1, 3} : {0, 2}). This thread's values are at k = 4·(threadIdx.x +
+// q·blockDim.x), q < XS; the first XR of them per row are held in `xg`, the others read again
+// (L1: the statistics pass read them just before).
+template <int M, int XS, int XR>
+__device__ __forceinline__ void g8t_fill(unsigned* sx, const float4 (&xg)[M][XR],
+                                         const float* __restrict__ X, int ldx, int K,
+                                         const float* __restrict__ norm_w, const float* scale) {
+#pragma unroll
+    for (int q = 0; q < XS; q++) {
+        const int k = 4 * (threadIdx.x + q * blockDim.x);
+        if (k >= K) break;
+        const int c = k >> 6, t = (k >> 4) & 3, j = (k >> 2) & 3;
 #pragma unroll
         for (int m = 0; m < M; m++) {
-            const float4 xv = *(const float4*)(X + (size_t)m * ldx + k);
-            const float v[4] = {xv.x * gv.x * scale[m], xv.y * gv.y * scale[m],
-                                xv.z * gv.z * scale[m], xv.w * gv.w * scale[m]};
+            const float4 x = q < XR ? xg[m][q < XR ? q : 0] : g8t_xin(X, ldx, m, k, norm_w);
+            const float v[4] = {x.x * scale[m], x.y * scale[m], x.z * scale[m], x.w * scale[m]};
             unsigned hi[4], lo[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -107,21 +121,34 @@ __device__ __forceinline__ void gemv8_mma_body(
     pdl_wait();
     pdl_trigger();
 
-    // Row statistics: max |xin| (for s), Σ x² (fused norm) or the chain's Σ partials.
+    // One pass over x for the row statistics (max |xin| for s, Σ x² for a fused norm);
+    // each thread keeps its first XR float4 of each row in registers for the split (K <=
+    // 2048 held whole), the others are read again (L1). XS float4 per thread and row cover
+    // K·M <= 10240 (gemv8_mma_fits). Holding all of them took 96 registers at one row, and
+    // the talker's gate/up (768 blocks) 16.7 µs against 16.1 before; with XR = 2, 15.3
+    // (H100, bench/results/2026-12-05-h100-fp8-prologue).
+    constexpr int XS = 10 / M, XR = 2;
+    float4 xg[M][XR];
     float mx[M], sq[M];
 #pragma unroll
     for (int m = 0; m < M; m++) mx[m] = sq[m] = 0.f;
-    for (int k = 4 * threadIdx.x; k < K; k += 4 * blockDim.x) {
+#pragma unroll
+    for (int q = 0; q < XS; q++) {
+        const int k = 4 * (threadIdx.x + q * blockDim.x);
+        if (k >= K) break;
         float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
         if (norm_w) gv = *(const float4*)(norm_w + k);
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const float4 xv = *(const float4*)(X + (size_t)m * ldx + k);
-            mx[m] = fmaxf(mx[m], fmaxf(fmaxf(fabsf(xv.x * gv.x), fabsf(xv.y * gv.y)),
-                                       fmaxf(fabsf(xv.z * gv.z), fabsf(xv.w * gv.w))));
+            const float4 x = make_float4(xv.x * gv.x, xv.y * gv.y, xv.z * gv.z, xv.w * gv.w);
+            if (q < XR) xg[m][q < XR ? q : 0] = x;
+            mx[m] = fmaxf(mx[m],
+                          fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
             sq[m] += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
         }
     }
+    // Or the chain's Σ partials in place of Σ x².
     float ss = 0.f;
     if (ss_in)
         for (int i = threadIdx.x; i < ss_n; i += blockDim.x) ss += ss_in[i];
@@ -135,8 +162,11 @@ __device__ __forceinline__ void gemv8_mma_body(
         }
     }
     __syncthreads();
-    if (threadIdx.x < M) {
-        const int m = threadIdx.x;
+    // Every thread derives each row's s (the warps' maxima in one order: the same value in
+    // every thread); threads m < M also keep s and the norm's factor for the epilogue.
+    float scale[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) {
         float big = 0.f, sum = 0.f;
         for (int w = 0; w < G8T_WARPS; w++) {
             big = fmaxf(big, s_row[w][2 * m]);
@@ -144,11 +174,13 @@ __device__ __forceinline__ void gemv8_mma_body(
         }
         // s = 2^(13 - e), e the exponent of max |xin|: max · s in [2^13, 2^14)
         const int e = big > 0.f ? (int)((__float_as_uint(big) >> 23) & 0xffu) - 127 : 0;
-        s_scale[m] = __uint_as_float((unsigned)(127 + 13 - max(-100, min(100, e))) << 23);
-        s_inv[m] = (norm_w || ss_in) ? 1.0f / sqrtf(sum / (float)K + eps) : 1.f;
+        scale[m] = __uint_as_float((unsigned)(127 + 13 - max(-100, min(100, e))) << 23);
+        if (threadIdx.x == m) {
+            s_scale[m] = scale[m];
+            s_inv[m] = (norm_w || ss_in) ? 1.0f / sqrtf(sum / (float)K + eps) : 1.f;
+        }
     }
-    __syncthreads();
-    g8t_fill<M>(g8t_sx, X, ldx, K, norm_w, s_scale);
+    g8t_fill<M, XS, XR>(g8t_sx, xg, X, ldx, K, norm_w, scale);
     __syncthreads();
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -208,8 +240,10 @@ __device__ __forceinline__ void gemv8_mma_body(
     }
 }
 
-#define GEMV8_MMA_ENTRY(NAME, MM)                                                               \
-    extern "C" __global__ void __launch_bounds__(256) NAME(                                    \
+// MIN_BLOCKS: the one-row kernel kept at 64 registers (4 blocks of 256 a multiprocessor);
+// the two-row one takes 87 (at 64 or 80 it spills).
+#define GEMV8_MMA_ENTRY(NAME, MM, MIN_BLOCKS)                                                   \
+    extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) NAME(                         \
         const unsigned char* __restrict__ W, int N, int K, const float* __restrict__ X,         \
         int ldx, const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,   \
         int act, const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,      \
@@ -219,5 +253,5 @@ __device__ __forceinline__ void gemv8_mma_body(
                            rows_valid, scales, ss_in, ss_n, xo, xo_g, ss_out);                  \
     }
 
-GEMV8_MMA_ENTRY(gemv8_mma_m1, 1)
-GEMV8_MMA_ENTRY(gemv8_mma_m2, 2)
+GEMV8_MMA_ENTRY(gemv8_mma_m1, 1, 4)
+GEMV8_MMA_ENTRY(gemv8_mma_m2, 2, 1)

@@ -162,7 +162,9 @@ fn fp8_gemv_matches_the_reference() {
 ///   the fused norm's result on y), SwiGLU pairs, on 1024 of its 12288 rows;
 /// - an odd 301 × 832 (a last block with 13 of 16 rows valid, 13 chunks over 8 warps) with
 ///   bias, SiLU and a residual, and the fused norm with SwiGLU pairs (300 rows);
-/// - x in ±2^20, past f16's range, which the row scale must bring back.
+/// - x in ±2^20, past f16's range, which the row scale must bring back;
+/// - the widest rows it takes (K·M = 10240: every value of x its threads hold in
+///   registers).
 ///
 /// Each two-row result must have, row by row, the bits of the one-row launch.
 #[test]
@@ -188,6 +190,9 @@ fn fp8_gemv_on_tensor_cores_matches_the_reference() {
     case((300, 832), 2, (2, true, false, 0, false), false, 0);
     case((256, 1024), 1, (0, false, false, 0, false), false, 20);
     case((256, 1024), 2, (0, false, false, 1, false), false, 20);
+    case((32, 10240), 1, (0, true, false, 0, false), false, 0);
+    case((32, 5120), 2, (0, true, false, 0, false), false, 0);
+    assert!(!gemv8_mma_fits(10240 + 64, 1) && !gemv8_mma_fits(5120 + 64, 2));
     run_emulated(test, "gemv8.cpp", &["gemv.cu", "gemv8_mma.cu"], &args);
 }
 
