@@ -52,20 +52,29 @@ pub enum Fp8Gemv {
 }
 
 /// The kernel for a GEMV of `m` rows over an FP8 layer of `n` × `k` (`norm`: the kernel
-/// norms its own input; `mma`: `gemv8_mma.cu` is on and takes the shape). From the H100
-/// kernel table (`bench/results/2026-12-05-h100-fp8-gemv`, µs, talker gate/up 12288 × 2048):
-/// the codes pay on the large matrices (>= 8 Mi weights) at one and two rows; at one row
-/// without a norm on `gemv8_*` (13.4 against the bf16 GEMV's 18.2), with a norm and at two
-/// rows on tensor cores (16.1 normed against 20.3 bf16 and 20.4 on `gemv8_*`; 16.7 at two
-/// rows against 24.6 and 20.5), whose split rows cost a fixed prologue but no per-code
-/// conversions. Smaller matrices keep the bf16 GEMV (the codes' kernels lose there).
+/// norms its own input; `mma`: `gemv8_mma.cu` is on and takes the shape). The codes pay on
+/// matrices with both sides >= 2048 (every talker matrix of the 1.7B) at one and two rows.
+/// From the H100 kernel table (`bench/results/2026-12-05-h100-fp8-gemv`, µs, talker gate/up
+/// 12288 × 2048): at one row without a norm on `gemv8_*` (13.4 against the bf16 GEMV's
+/// 18.2), with a norm and at two rows on tensor cores (16.1 normed against 20.3 bf16 and
+/// 20.4 on `gemv8_*`; 16.7 at two rows against 24.6 and 20.5), whose split rows cost a
+/// fixed prologue but no per-code conversions. On the talker step with every decoder
+/// matrix in FP8 (`bench/results/2026-12-05-h100-fp8-prologue`, codes forced, so the O
+/// projection's 4 Mi weights too, which the earlier bound of 8 Mi kept on the bf16 copy):
+/// 1.123 / 1.379 ms at one / two rows against 1.356 / 1.594 in bf16; at two rows the whole
+/// step then stays on the GEMV path, with no `tile_wg.cu` layer converting its input rows.
+/// The code predictor's matrices (one side 1024) keep the bf16 copy: forced onto their codes
+/// its call took 1.871 / 2.438 ms against 1.688 / 1.831, off the staged GEMV.
 pub fn fp8_gemv(m: usize, n: usize, k: usize, norm: bool, mma: bool) -> Fp8Gemv {
-    if m > FP8_GEMV_MAX_ROWS || n * k < 8 << 20 {
+    if m > FP8_GEMV_MAX_ROWS || n.min(k) < FP8_CODES_MIN_SIDE {
         Fp8Gemv::Bf16
     } else {
         fp8_codes_kernel(m, norm, mma).unwrap_or(Fp8Gemv::Bf16)
     }
 }
+
+/// The shorter side of the smallest FP8 matrix whose codes [`fp8_gemv`] streams.
+pub const FP8_CODES_MIN_SIDE: usize = 2048;
 
 /// The codes' kernel for `m` rows (`fp8_gemv`'s `norm`, `mma`): tensor cores with a norm or
 /// at two rows, else `gemv8_*`; None where neither pays (a norm without tensor cores).

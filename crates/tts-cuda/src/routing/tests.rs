@@ -19,8 +19,15 @@ fn fp8_codes_go_to_the_gemvs_that_measured_faster_on_them() {
     assert_eq!(rule.fp8_kernel(1, 12288, 2048, true), Mma);
     assert_eq!(rule.fp8_kernel(2, 12288, 2048, true), Mma);
     assert_eq!(rule.fp8_kernel(2, 4096, 2048, false), Mma);
-    // small matrices and three rows or more: the bf16 copy
+    // the talker's O projection (4 Mi, both sides 2048): its codes, at one and two rows
+    assert_eq!(rule.fp8_kernel(1, 2048, 2048, false), Simt);
+    assert_eq!(rule.fp8_kernel(2, 2048, 2048, false), Mma);
+    // the code predictor's matrices (one side 1024, even at 6 Mi weights) and three rows
+    // or more: the bf16 copy
     assert_eq!(rule.fp8_kernel(1, 1024, 2048, false), Bf16);
+    assert_eq!(rule.fp8_kernel(1, 6144, 1024, false), Bf16);
+    assert_eq!(rule.fp8_kernel(2, 4096, 1024, true), Bf16);
+    assert_eq!(rule.fp8_kernel(1, 1024, 3072, false), Bf16);
     assert_eq!(rule.fp8_kernel(3, 2048, 6144, false), Bf16);
     // without gemv8_mma.cu a normed layer keeps the bf16 copy (gemv8_*'s norm is slow)
     let simt_only = LinearPaths::default();
