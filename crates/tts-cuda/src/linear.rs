@@ -684,8 +684,8 @@ pub fn gemv_rows(
 
 /// Whether `gemv8_mma.cu` takes `rows` rows of width `k`: 64-wide K chunks, at most two
 /// rows, and its split rows (4·k·rows bytes) with its ~4.3 KiB of static shared memory
-/// within the 48 KiB a launch gets without asking (which also bounds k·rows by the 10240
-/// values of x its threads hold in registers).
+/// within the 48 KiB a launch gets without asking (which also keeps k·rows within the
+/// 10240 values its prologue's loop covers).
 pub fn gemv8_mma_fits(k: usize, rows: usize) -> bool {
     k.is_multiple_of(64) && (1..=2).contains(&rows) && gemv8_mma_smem(k, rows) <= 40 << 10
 }

@@ -163,8 +163,8 @@ fn fp8_gemv_matches_the_reference() {
 /// - an odd 301 × 832 (a last block with 13 of 16 rows valid, 13 chunks over 8 warps) with
 ///   bias, SiLU and a residual, and the fused norm with SwiGLU pairs (300 rows);
 /// - x in ±2^20, past f16's range, which the row scale must bring back;
-/// - the widest rows it takes (K·M = 10240: every value of x its threads hold in
-///   registers).
+/// - the widest rows it takes (K·M = 10240: its prologue's loop bound; the values past the
+///   2048 of a row it holds in registers are read again), with the fused norm.
 ///
 /// Each two-row result must have, row by row, the bits of the one-row launch.
 #[test]
