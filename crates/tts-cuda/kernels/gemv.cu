@@ -128,34 +128,6 @@ __device__ __forceinline__ void gemv_octet_loaded(float (&acc)[GEMV_R][M], float
     for (int m = 0; m < M; m++) gemv_fma8<M>(acc, sq[m], wf, o.x[m][0], o.x[m][1], norm ? gv : nullptr, m);
 }
 
-// One 16-byte chunk of weights per row at K offset idx (8 bf16, or with F8 16 E4M3 codes:
-// two octets) for every row.
-template <int M, bool F8>
-__device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][M], float (&sq)[M],
-                                           const uint4 (&w)[GEMV_R], int idx,
-                                           const float* __restrict__ X, int ldx,
-                                           const float* __restrict__ norm_w) {
-    float wf[GEMV_R][8];
-    if constexpr (F8) {
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++) {
-            e4m3x4_to_f32(w[r].x, wf[r]);
-            e4m3x4_to_f32(w[r].y, wf[r] + 4);
-        }
-        gemv_octet<M>(acc, sq, wf, idx, X, ldx, norm_w);
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++) {
-            e4m3x4_to_f32(w[r].z, wf[r]);
-            e4m3x4_to_f32(w[r].w, wf[r] + 4);
-        }
-        gemv_octet<M>(acc, sq, wf, idx + 8, X, ldx, norm_w);
-    } else {
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++) unpack8(w[r], wf[r]);
-        gemv_octet<M>(acc, sq, wf, idx, X, ldx, norm_w);
-    }
-}
-
 // F8: W holds E4M3 codes and `scales` one factor per row; else W is bf16. PRE (bf16, for
 // warps with several passes over K): each pass issues all its X loads before the first
 // product (one wait on L2 per pass instead of one per octet), at the cost of the registers
@@ -274,7 +246,25 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
             for (int u = 0; u < GEMV_U; u++) {
                 int idx = kb + u * STEP;
                 if (idx >= k_end) break;
-                gemv_chunk<M, F8>(acc, sq, w[u], idx, X, ldx, norm_w);
+                float wf[GEMV_R][8];
+                if constexpr (F8) {
+#pragma unroll
+                    for (int r = 0; r < GEMV_R; r++) {
+                        e4m3x4_to_f32(w[u][r].x, wf[r]);
+                        e4m3x4_to_f32(w[u][r].y, wf[r] + 4);
+                    }
+                    gemv_octet<M>(acc, sq, wf, idx, X, ldx, norm_w);
+#pragma unroll
+                    for (int r = 0; r < GEMV_R; r++) {
+                        e4m3x4_to_f32(w[u][r].z, wf[r]);
+                        e4m3x4_to_f32(w[u][r].w, wf[r] + 4);
+                    }
+                    gemv_octet<M>(acc, sq, wf, idx + 8, X, ldx, norm_w);
+                } else {
+#pragma unroll
+                    for (int r = 0; r < GEMV_R; r++) unpack8(w[u][r], wf[r]);
+                    gemv_octet<M>(acc, sq, wf, idx, X, ldx, norm_w);
+                }
             }
         }
     }

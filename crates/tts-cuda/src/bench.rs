@@ -348,7 +348,7 @@ pub struct KernelTiming {
 /// Times linear layers on the release layer shapes for several row counts and each path
 /// that takes them (GEMV up to 8 rows, tensor cores, clusters, cuBLAS; the GEMV also over
 /// FP8 codes, `gemv8`, on tensor cores where the rule would take them, `gemv8mma`, and
-/// with the fused RMSNorm, `+norm`; one row on `gemv_loop.cu`, `loop` and `loop8`): each case is a graph of 64
+/// with the fused RMSNorm, `+norm`): each case is a graph of 64
 /// launches cycling through enough weight copies to defeat the L2 cache. The bandwidth
 /// column counts the bytes of the weights the launch reads (1 per FP8 weight).
 pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaError> {
@@ -406,9 +406,6 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             ("gemv8+norm", 1, path(gemv)),
             // (one row without a norm takes gemv8_* even when forced onto the codes)
             ("gemv8mma+norm", 1, path(gemv)),
-            // one row on `gemv_loop.cu` (`GemvLoop::All`), over bf16 weights and codes
-            ("loop", 1, path(gemv)),
-            ("loop8", 1, path(gemv)),
             ("gemv", 2, path(gemv)),
             ("gemv8", 2, path(gemv)),
             ("gemv8mma", 2, path(gemv)),
@@ -471,15 +468,15 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
                 lt.set_enabled(label != "cublas");
             }
             scratch.paths = paths;
-            let codes = label.starts_with("gemv8") || label.starts_with("loop8");
-            scratch.paths.fp8_codes = Some(codes);
+            scratch.paths.fp8_codes = Some(label.starts_with("gemv8"));
             scratch.paths.fp8_mma = label.starts_with("gemv8mma");
-            if label.starts_with("loop") {
-                scratch.paths.gemv_loop = crate::routing::GemvLoop::All;
-            }
             let scratch = &scratch;
             let launches = 64;
-            let set: &[Linear] = if codes { &layers8 } else { &layers };
+            let set: &[Linear] = if label.starts_with("gemv8") {
+                &layers8
+            } else {
+                &layers
+            };
             let norm = label.ends_with("+norm").then_some((gain.ptr, 1e-6));
             let enqueue = |gpu: &crate::device::Gpu| -> Result<(), CudaError> {
                 gpu.with_small_call(mode, || {
@@ -500,7 +497,11 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
             g.launch()?;
             let ms = gpu.time_ms(|| (0..5).try_for_each(|_| g.launch()))?;
             let us = ms * 1e3 / (5 * launches) as f64;
-            let read = if codes { n * k } else { bytes };
+            let read = if label.starts_with("gemv8") {
+                n * k
+            } else {
+                bytes
+            };
             out.push(KernelTiming {
                 name: format!("{label} {name} [{n}x{k}] m={m}"),
                 us,

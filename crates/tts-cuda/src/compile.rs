@@ -16,8 +16,6 @@ use crate::error::CudaError;
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../kernels/common.cuh")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
-    // after gemv.cu: its octet products, E4M3 decode and constants
-    ("gemv_loop.cu", include_str!("../kernels/gemv_loop.cu")),
     ("gemv8_mma.cu", include_str!("../kernels/gemv8_mma.cu")),
     ("gemv_staged.cu", include_str!("../kernels/gemv_staged.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),

@@ -56,8 +56,6 @@ pub const KERNELS: &[&str] = &[
     "gemv_staged_m1",
     "gemv8_m1",
     "gemv8_m2",
-    "gemv_loop_m1",
-    "gemv8_loop_m1",
     "gemv8_mma_m1",
     "gemv8_mma_m2",
     "mma_linear_t1",

@@ -23,8 +23,8 @@ use tts_model::fp8::Fp8Rows;
 use crate::device::{Arg, DBuf, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
-    cluster_split, tile_split, wide_split, Fp8Gemv, GemvLoop, LinearPath, LinearPaths,
-    CLUSTER_MAX_SLICE, GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
+    cluster_split, tile_split, wide_split, Fp8Gemv, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
+    GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
 use norm_chain::{NormChain, NormRows};
 use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
@@ -372,8 +372,7 @@ pub fn linear_then(
     if path == LinearPath::Gemv {
         let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16).is_none();
         let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
-        let how = (codes, scratch.paths.gemv_loop);
-        gemv(gpu, l, &call, how, next.is_some(), chain)?;
+        gemv(gpu, l, &call, codes, next.is_some(), chain)?;
         scratch.norm_ready.set(chain.record);
         return Ok(());
     }
@@ -680,8 +679,7 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    let how = (Fp8Gemv::Bf16, GemvLoop::Off);
-    gemv(gpu, l, &call, how, false, NormChain::default())
+    gemv(gpu, l, &call, Fp8Gemv::Bf16, false, NormChain::default())
 }
 
 /// Whether `gemv8_mma.cu` takes `rows` rows of width `k`: 64-wide K chunks, at most two
@@ -719,16 +717,8 @@ pub(crate) fn gemv_bucket(rows: usize) -> usize {
     }
 }
 
-/// Blocks of a `gemv_loop.cu` launch over `n` output rows: two a multiprocessor (what its
-/// launch bounds let the GPU hold at once), fewer when the layer has fewer row pairs
-/// than the warps of those blocks.
-pub fn gemv_loop_blocks(sm_count: u32, n: usize) -> usize {
-    n.div_ceil(2).div_ceil(8).min(2 * sm_count as usize).max(1)
-}
-
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
-/// FP8 layer, else over the bf16 weights; one row on `gemv_loop.cu` where `looped` takes
-/// it.
+/// FP8 layer, else over the bf16 weights.
 /// `early`: the very next launch is another linear layer's kernel (`linear_then`'s
 /// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`).
 /// `chain`: the launch's part of the norm chain (`NormChain::plan`; never on the staged
@@ -737,7 +727,7 @@ fn gemv(
     gpu: &Gpu,
     l: &Linear,
     c: &RowCall,
-    (codes, looped): (Fp8Gemv, GemvLoop),
+    codes: Fp8Gemv,
     early: bool,
     chain: NormChain,
 ) -> Result<(), CudaError> {
@@ -761,10 +751,6 @@ fn gemv(
         }
     }
     let (bf16_kernel, mut blocks) = gemv_choice(l.n, l.k, m);
-    let looped = bucket == 0 && codes != Fp8Gemv::Mma && looped.takes(codes == Fp8Gemv::Simt);
-    if looped {
-        blocks = gemv_loop_blocks(gpu.sm_count, l.n);
-    }
     // `codes` comes from `LinearPaths::fp8_kernel`: at most FP8_GEMV_MAX_ROWS rows
     // the weights it streams: bf16, or one byte per E4M3 code
     let mut weights = (l.w.ptr, l.bf16_bytes());
@@ -779,19 +765,13 @@ fn gemv(
                 blocks = l.n.div_ceil(16);
                 smem = gemv8_mma_smem(l.k, m); // m is the kernel's M (gemv8_mma_fits)
                 ["gemv8_mma_m1", "gemv8_mma_m2"][bucket]
-            } else if looped {
-                "gemv8_loop_m1"
             } else {
                 ["gemv8_m1", "gemv8_m2"][bucket]
             }
         }
         None => {
             args.push(Arg::P(0));
-            if looped {
-                "gemv_loop_m1"
-            } else {
-                bf16_kernel
-            }
+            bf16_kernel
         }
     };
     chain.apply(l.k, &mut args);

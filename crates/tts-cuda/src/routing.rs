@@ -51,46 +51,6 @@ pub enum Fp8Gemv {
     Mma,
 }
 
-/// Which one-row GEMVs run on `kernels/gemv_loop.cu` (a grid the GPU holds at once, each
-/// warp looping over its row pairs with its next weights in flight) instead of `gemv.cu`'s
-/// one warp per row pair (`CudaOptions::gemv_loop`). Not yet measured on a GPU: off by
-/// default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GemvLoop {
-    /// None: `gemv.cu` (and `gemv_staged.cu` where it takes the layer).
-    #[default]
-    Off,
-    /// Those over FP8 codes (`gemv8_m1`'s).
-    Fp8,
-    /// Those over FP8 codes and the bf16 ones `gemv.cu` would run (`gemv_m1`,
-    /// `gemv_m1_pre`; the staged GEMV keeps its layers).
-    All,
-}
-
-impl std::str::FromStr for GemvLoop {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "0" | "off" => Ok(Self::Off),
-            "fp8" => Ok(Self::Fp8),
-            "all" => Ok(Self::All),
-            _ => Err(format!("unknown GEMV loop `{s}` (use off, fp8 or all)")),
-        }
-    }
-}
-
-impl GemvLoop {
-    /// Whether a one-row GEMV over FP8 codes (`codes`) or bf16 weights loops.
-    pub fn takes(self, codes: bool) -> bool {
-        match self {
-            Self::Off => false,
-            Self::Fp8 => codes,
-            Self::All => true,
-        }
-    }
-}
-
 /// The kernel for a GEMV of `m` rows over an FP8 layer of `n` × `k` (`norm`: the kernel
 /// norms its own input; `mma`: `gemv8_mma.cu` is on and takes the shape). The codes pay on
 /// matrices with both sides >= 2048 (every talker matrix of the 1.7B) at one and two rows.
@@ -263,8 +223,6 @@ pub struct LinearPaths {
     /// Whether those GEMVs run on tensor cores (`gemv8_mma.cu`) where it takes the shape
     /// (`CudaOptions::fp8_mma`), else on `gemv.cu`'s `gemv8_*`.
     pub fp8_mma: bool,
-    /// Which one-row GEMVs loop over their row pairs ([`GemvLoop`]).
-    pub gemv_loop: GemvLoop,
 }
 
 impl LinearPaths {

@@ -106,11 +106,6 @@ pub fn create_cuda(
         chain_gemv: on_unless_zero("QWEN3_TTS_CHAIN_GEMV"),
         // FP8 codes on tensor cores where the rule takes them (0: never)
         fp8_mma: on_unless_zero("QWEN3_TTS_FP8_MMA"),
-        // one-row GEMVs on gemv_loop.cu: off (default), fp8 (over FP8 codes), all
-        gemv_loop: parsed_knob(
-            "QWEN3_TTS_GEMV_LOOP",
-            tts_cuda::CudaOptions::default().gemv_loop,
-        )?,
         // FP8 layers' GEMVs on their codes: 1 always, 0 never, unset: the routing rule
         fp8_codes: match std::env::var("QWEN3_TTS_FP8_CODES").as_deref() {
             Ok("1") => Some(true),

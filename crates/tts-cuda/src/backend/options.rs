@@ -94,11 +94,6 @@ pub struct CudaOptions {
     /// `routing::fp8_gemv` measured it faster (a fused norm, two rows) and the shape fits.
     /// Off: `gemv.cu`'s `gemv8_*` (each code widened to f32) or the bf16 copy.
     pub fp8_mma: bool,
-    /// Which one-row GEMVs run on `gemv_loop.cu` (a grid the GPU holds at once, each warp
-    /// looping over its row pairs with its next weights in flight): none (the default,
-    /// until measured), those over FP8 codes, or those too that `gemv.cu` would run on
-    /// bf16 weights.
-    pub gemv_loop: crate::routing::GemvLoop,
     /// Whether an FP8 layer's GEMVs stream its codes: always / never; None, the default:
     /// `routing::fp8_gemv`'s rule.
     pub fp8_codes: Option<bool>,
@@ -293,7 +288,6 @@ impl Default for CudaOptions {
             chain_tile: true,
             chain_gemv: true,
             fp8_mma: true,
-            gemv_loop: crate::routing::GemvLoop::Off,
             fp8_codes: None,
             group_attention: None,
             row_attention_rows: 32,

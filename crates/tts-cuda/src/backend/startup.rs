@@ -58,7 +58,6 @@ fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     paths.chain_tile = opts.chain_tile;
     paths.chain_gemv = opts.chain_gemv;
     paths.fp8_mma = opts.fp8_mma;
-    paths.gemv_loop = opts.gemv_loop;
     paths.fp8_codes = opts.fp8_codes;
     paths.group_attention = opts.group_attention;
     paths.row_attention_rows = opts.row_attention_rows;

@@ -1,6 +1,5 @@
 // Emulated check of the FP8 GEMVs (gemv.cu's gemv8_m1 / gemv8_m2, gemv8_mma.cu's
-// gemv8_mma_m1 / gemv8_mma_m2 on tensor cores, gemv_loop.cu's gemv8_loop_m1) against an
-// f64 reference of
+// gemv8_mma_m1 / gemv8_mma_m2 on tensor cores) against an f64 reference of
 //   y[m][n] = act(inv_m · Σ_k xin[m][k] W[n][k] + bias[n]) + res[m][n],
 // W[n][k] = e4m3(codes[n][k]) · scales[n] (the codes and scales of tts_model::fp8::Fp8Rows,
 // from files the test writes); the dequantized weights are exact in bf16, so the reference is
@@ -11,10 +10,9 @@
 // (e4m3x4_to_f32: its fallback, gemv.cu being compiled without __CUDA_ARCH__) on every code
 // in every byte position, against an independent decode here, itself checked against
 // tts_model's e4m3_decode table.
-// gemv8_loop_m1 (one row) must also have gemv8_m1's bits where gemv.cu runs at ksplit 1.
-// argv: e4m3_table, then per case: kernel (0 gemv8, 1 gemv8_mma, 2 gemv8_loop) M N K blocks
-// ksplit act norm bias res (0 none, 1 own buffer, 2 in place) writer reader xmag (x values
-// in ±2^xmag) codes_file scales_file.
+// argv: e4m3_table, then per case: kernel (0 gemv8, 1 gemv8_mma) M N K blocks ksplit act norm
+// bias res (0 none, 1 own buffer, 2 in place) writer reader xmag (x values in ±2^xmag)
+// codes_file scales_file.
 
 #include <fstream>
 
@@ -98,7 +96,6 @@ struct Out {
 
 // One launch of `kernel_m` (1 or 2) over rows [row0, row0 + rows) of the inputs.
 Out launch(const Case& c, const Inputs& in, int kernel_m, int row0, int rows) {
-    if (c.kernel == 2 && kernel_m != 1) emu::fail("gemv8_loop_m1 takes one row");
     const int outs = c.act == 2 ? c.N / 2 : c.N;
     // a row past the valid ones; in place, y starts as the residual rows (res = y, ldr = ldy)
     Out o{std::vector<float>((size_t)(rows + 1) * in.ldy, kPoison),
@@ -111,16 +108,14 @@ Out launch(const Case& c, const Inputs& in, int kernel_m, int row0, int rows) {
     const auto* W = (const unsigned char*)in.codes.data();
     const float* ss_in = c.reader ? in.ss.data() + (size_t)row0 * (c.K / 2) : nullptr;
     // gemv8_mma: its split rows in dynamic shared memory (linear.rs: 4·K·M bytes)
-    const size_t smem = c.kernel == 1 ? (size_t)4 * c.K * kernel_m : 0;
+    const size_t smem = c.kernel ? (size_t)4 * c.K * kernel_m : 0;
     emu::launch(dim3(c.blocks), dim3(256), smem, 1, [&] {
 #define GEMV8_ARGS                                                                                     \
     W, c.N, c.K, X, in.ldx, c.norm ? in.g.data() : nullptr, 1e-6f, c.bias ? in.bias.data() : nullptr,   \
         c.act, res, ldr, o.y.data(), in.ldy, rows, c.ksplit, in.scales.data(), ss_in,                   \
         c.reader ? c.K / 2 : 0, c.writer ? o.xo.data() : nullptr, c.writer ? in.xo_g.data() : nullptr,  \
         c.writer ? o.ss.data() : nullptr
-        if (c.kernel == 2)
-            gemv8_loop_m1(GEMV8_ARGS);
-        else if (c.kernel == 0 && kernel_m == 1)
+        if (c.kernel == 0 && kernel_m == 1)
             gemv8_m1(GEMV8_ARGS);
         else if (c.kernel == 0)
             gemv8_m2(GEMV8_ARGS);
@@ -176,8 +171,7 @@ void run_case(const Case& c) {
         exact &= check::from_bf16(w[i]) == v;
     }
 
-    static const char* kernels[] = {"gemv8_m", "gemv8_mma_m", "gemv8_loop_m"};
-    const std::string name = std::string(kernels[c.kernel]) + std::to_string(c.M) + " " +
+    const std::string name = std::string(c.kernel ? "gemv8_mma_m" : "gemv8_m") + std::to_string(c.M) + " " +
                              std::to_string(c.N) + "x" +
                              std::to_string(c.K) + " act " + std::to_string(c.act) + (c.norm ? " norm" : "") +
                              (c.bias ? " bias" : "") + (c.res == 1 ? " res" : c.res == 2 ? " res in place" : "") +
@@ -217,17 +211,6 @@ void run_case(const Case& c) {
             same &= std::memcmp(one.y.data(), o.y.data() + (size_t)m * in.ldy, (size_t)outs * 4) == 0;
         }
         check::expect(same, name + ": each row has the bits of a one-row launch on that row alone");
-    }
-    if (c.kernel == 2 && c.ksplit == 1) {
-        // gemv.cu's launch of the same layer: one warp a row pair, 16 rows a block
-        Case twin = c;
-        twin.kernel = 0;
-        twin.blocks = (c.N + 15) / 16;
-        const Out t = launch(twin, in, 1, 0, 1);
-        check::expect(std::memcmp(t.y.data(), o.y.data(), o.y.size() * 4) == 0 &&
-                          std::memcmp(t.xo.data(), o.xo.data(), o.xo.size() * 4) == 0 &&
-                          std::memcmp(t.ss.data(), o.ss.data(), o.ss.size() * 4) == 0,
-                      name + ": gemv8_m1's bits (ksplit 1)");
     }
 }
 

@@ -47,9 +47,6 @@ fn quantized(test: &str, n: usize, k: usize, seed: u64) -> [String; 2] {
     [codes, scales].map(|p| p.display().to_string())
 }
 
-/// The kernel files gemv8.cpp drives (every FP8 GEMV entry).
-const GEMV8_FILES: &[&str] = &["gemv.cu", "gemv8_mma.cu", "gemv_loop.cu"];
-
 /// One epilogue of a case: (act, fused norm, bias, residual: 0 none, 1 its own buffer, 2 in
 /// place in the output, norm-chain writer).
 type Epilogue = (usize, bool, bool, usize, bool);
@@ -151,7 +148,7 @@ fn fp8_gemv_matches_the_reference() {
     case((301, 784), 2, (1, false, true, 1, false), false, None);
     case((300, 784), 1, (2, true, false, 0, false), false, None);
     case((300, 784), 2, (2, true, false, 0, false), false, None);
-    run_emulated(test, "gemv8.cpp", GEMV8_FILES, &args);
+    run_emulated(test, "gemv8.cpp", &["gemv.cu", "gemv8_mma.cu"], &args);
 }
 
 /// `gemv8_mma_m1` and `gemv8_mma_m2` (`gemv8_mma.cu`: the codes as f16 on tensor cores,
@@ -196,35 +193,7 @@ fn fp8_gemv_on_tensor_cores_matches_the_reference() {
     case((32, 10240), 1, (0, true, false, 0, false), false, 0);
     case((32, 5120), 2, (0, true, false, 0, false), false, 0);
     assert!(!gemv8_mma_fits(10240 + 64, 1) && !gemv8_mma_fits(5120 + 64, 2));
-    run_emulated(test, "gemv8.cpp", GEMV8_FILES, &args);
-}
-
-/// `gemv_loop.cu`'s `gemv8_loop_m1` (one row over E4M3 codes, each warp looping over its
-/// row pairs) against the f64 reference, on grids small enough that warps take many pairs
-/// and on the one `linear::gemv_loop_blocks` gives the H200, with poison where nothing may
-/// be written: the 1.7B talker's down projection (three passes over K a pair) adding the
-/// residual in place, as the norm chain's writer and without; gate/up as the chain's
-/// reader with SwiGLU pairs (1024 of its rows); a 4096-row layer (`gemv.cu` runs it at
-/// ksplit 1, so the result must have `gemv8_m1`'s bits) with the fused norm, whose 1/rms
-/// each warp takes from its first pair; an odd 301 × 784 with bias, SiLU and a residual.
-#[test]
-fn fp8_looped_gemv_matches_the_reference() {
-    use tts_cuda::linear::gemv_loop_blocks;
-    let test = "fp8_looped_gemv_matches_the_reference";
-    let mut args = vec![e4m3_table(test)];
-    let mut case = |(n, k): (usize, usize), blocks: usize, epi: Epilogue, reader: bool| {
-        let launch = (blocks, gemv_ksplit(n));
-        args.extend(case_args(test, 2, (n, k), 1, launch, epi, reader, 0));
-    };
-    let (h, inter) = talker_widths();
-    let h200 = |n| gemv_loop_blocks(crate::H200_SMS as u32, n);
-    case((h, inter), h200(h), (0, false, false, 2, true), false);
-    case((h, inter), 3, (0, false, false, 2, false), false);
-    case((1024, h), 2, (2, false, false, 0, false), true);
-    case((4096, 512), 3, (0, true, false, 0, false), false);
-    case((4096, 512), h200(4096), (0, true, false, 1, false), false);
-    case((301, 784), 2, (1, false, true, 1, false), false);
-    run_emulated(test, "gemv8.cpp", GEMV8_FILES, &args);
+    run_emulated(test, "gemv8.cpp", &["gemv.cu", "gemv8_mma.cu"], &args);
 }
 
 /// `codec_to_f16` (exec.rs's `to_f16`: the f16 copy of the codec's weight arena) and

@@ -92,54 +92,7 @@ fn gemv_matches_the_reference() {
     run_emulated(
         "gemv_matches_the_reference",
         "gemv.cpp",
-        &["gemv.cu", "gemv_loop.cu"],
-        &args,
-    );
-}
-
-/// `gemv_loop.cu`'s bf16 `gemv_loop_m1` (one row, each warp looping over its row pairs),
-/// on grids small enough that warps take many pairs (and several passes over K each), and
-/// on the grid `linear::gemv_loop_blocks` gives the H200: the 1.7B talker's QKV with the
-/// fused norm (the row's 1/rms from the warp's first pair, reused for the rest), gate/up as
-/// the norm chain's reader with SwiGLU pairs, O and down adding the residual, O also as the
-/// chain's writer, an odd shape with bias and SiLU (a last pair without its partner, K not
-/// a multiple of a pass), and a padding call (nothing written). Where `gemv.cu` runs the
-/// layer at ksplit 1 (N >= 4096), the result must have its bits (`gemv_choice`'s kernel).
-#[test]
-fn looped_gemv_matches_the_reference() {
-    use tts_cuda::linear::{gemv_choice, gemv_ksplit, gemv_loop_blocks};
-    let mut args = Vec::new();
-    let mut case =
-        |(n, k): (usize, usize), blocks: usize, (act, norm, bias, res, writer), valid| {
-            args.push(format!("gemv_loop_m1={}", gemv_choice(n, k, 1).0));
-            let fields = [
-                1,
-                n,
-                k,
-                blocks,
-                gemv_ksplit(n),
-                act,
-                norm,
-                bias,
-                res,
-                writer,
-                valid,
-            ];
-            args.extend(fields.map(|v: usize| v.to_string()));
-        };
-    let h200 = |n| gemv_loop_blocks(H200_SMS as u32, n);
-    case((4096, 2048), 3, (0, 1, 0, 0, 0), 1);
-    case((4096, 2048), h200(4096), (0, 1, 0, 0, 0), 1);
-    case((12288, 2048), 5, (2, 2, 0, 0, 0), 1);
-    case((2048, 2048), 2, (0, 0, 0, 1, 1), 1);
-    case((2048, 6144), h200(2048), (0, 0, 0, 1, 0), 1);
-    case((2048, 6144), 1, (0, 0, 0, 1, 0), 1);
-    case((301, 784), 2, (1, 1, 1, 1, 0), 1);
-    case((4096, 1024), 2, (0, 0, 0, 0, 0), 0);
-    run_emulated(
-        "looped_gemv_matches_the_reference",
-        "gemv.cpp",
-        &["gemv.cu", "gemv_loop.cu"],
+        &["gemv.cu"],
         &args,
     );
 }
