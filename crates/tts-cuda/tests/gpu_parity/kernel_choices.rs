@@ -204,17 +204,23 @@ fn grouped_attention_matches_one_block_per_head() {
 /// The code predictor's first-layer QKV of steps 1..14 from the table computed at load
 /// (`CudaOptions::cp_qkv_table`, the default; 1.7B geometry) gives what computing that
 /// projection in the loop gives: at 1 and 2 rows (GEMV rows, the table's kernel) the same
-/// sampled codes and last-head logits for 4 frames. (On models without the input
-/// projection, the demo's, there is no table and both runs are the same path.)
+/// sampled codes and last-head logits for 4 frames, in bf16 and with every decoder-layer
+/// matrix FP8 (`Fp8Scope::Layers`: the table from the layer's bf16 copy, which the loop's
+/// GEMV streams by the routing rule). (On models without the input projection, the
+/// demo's, there is no table and both runs are the same path.)
 #[test]
 fn qkv_table_matches_the_first_layers_projection() {
     let test = "qkv_table_matches_the_first_layers_projection";
-    for name in models_to_check() {
+    for (name, fp8) in models_to_check()
+        .into_iter()
+        .flat_map(|n| [(n, Fp8Scope::None), (n, Fp8Scope::Layers)])
+    {
         let model = Model::load(name, LoadOptions::default()).unwrap();
         // (the staged MMA off: two-row calls on the GEMV, the table's kernel)
         let opts = |cp_qkv_table| CudaOptions {
             cp_qkv_table,
             staged_mma_rows: 0,
+            fp8,
             ..options(false)
         };
         for rows in [1usize, 2] {
@@ -226,8 +232,13 @@ fn qkv_table_matches_the_first_layers_projection() {
                 return;
             };
             let run = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
-            assert_same_run(&format!("{name}, {rows} rows, table"), &run, &base, 1e-6);
-            eprintln!("{test}: {name}, {rows} rows: 4 frames identical with the table");
+            assert_same_run(
+                &format!("{name}, {fp8:?}, {rows} rows, table"),
+                &run,
+                &base,
+                1e-6,
+            );
+            eprintln!("{test}: {name}, {fp8:?}, {rows} rows: 4 frames identical with the table");
         }
     }
 }
