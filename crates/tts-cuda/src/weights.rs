@@ -13,6 +13,7 @@ use tts_model::weights::{CodePredictorW, DecoderLayerW, LinearW, TalkerW, Tensor
 use crate::device::{DBuf, GemmType, Gpu};
 use crate::error::CudaError;
 use crate::linear::Linear;
+use crate::routing::{fp8_gemv, Fp8Gemv, FP8_GEMV_MAX_ROWS};
 
 /// Loads host tensors (bf16 or f32 as stored / generated).
 pub struct HostLoader<'a>(pub &'a WeightSource);
@@ -326,12 +327,12 @@ const QKV_TABLE_STEPS: usize = 14;
 /// `qkv(norm(folded[j][c]))` for j < 14, c < `vocab`: the first layer's QKV projection of
 /// every input row of steps 1..14, computed on the GEMV a one-row call runs on, 8 rows a
 /// launch, so each row is what that layer computes for it at one row. An FP8 layer's table
-/// comes from its bf16 copy (its dequantized values), which that call streams: the routing
-/// rule keeps every code-predictor matrix there (`routing::fp8_gemv`; with its codes forced,
-/// `CudaOptions::fp8_codes`, the call's sums would differ from the table's by rounding).
-/// Without the table an FP8 code predictor ran one more launch a step: on an H100 its call
-/// took 1.739 / 1.884 / 3.476 ms at 1 / 2 / 32 rows with `QWEN3_TTS_FP8=layers` against
-/// 1.694 / 1.830 / 3.312 in bf16.
+/// comes from its bf16 copy (its dequantized values) when the routing rule streams that
+/// copy at one and two rows (`routing::fp8_gemv`: every code-predictor matrix of the 1.7B;
+/// with its codes forced, `CudaOptions::fp8_codes`, the call's sums would differ from the
+/// table's by rounding), else there is none. Without the table an FP8 code predictor ran
+/// one more launch a step: on an H100 its call took 1.739 / 1.884 / 3.476 ms at 1 / 2 / 32
+/// rows with `QWEN3_TTS_FP8=layers` against 1.694 / 1.830 / 3.312 in bf16.
 fn qkv_table(
     gpu: &Gpu,
     s: &DevStack,
@@ -341,6 +342,12 @@ fn qkv_table(
     let Some(l0) = s.layers.first() else {
         return Ok(None);
     };
+    let (n, k) = (l0.qkv.n, l0.qkv.k);
+    let codes_by_rule = (1..=FP8_GEMV_MAX_ROWS)
+        .any(|m| [false, true].map(|norm| fp8_gemv(m, n, k, norm, true)) != [Fp8Gemv::Bf16; 2]);
+    if l0.qkv.fp8.is_some() && codes_by_rule {
+        return Ok(None);
+    }
     let (ch, q) = (s.dims.hidden, l0.qkv.n);
     let rows = QKV_TABLE_STEPS * vocab;
     let table: DBuf<f32> = gpu.zeros(rows * q)?;
