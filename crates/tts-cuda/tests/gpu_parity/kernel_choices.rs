@@ -207,13 +207,14 @@ fn grouped_attention_matches_one_block_per_head() {
 /// sampled codes and last-head logits for 4 frames, in bf16 and with every decoder-layer
 /// matrix FP8 (`Fp8Scope::Layers`: the table from the layer's bf16 copy, which the loop's
 /// GEMV streams by the routing rule). (On models without the input projection, the
-/// demo's, there is no table and both runs are the same path.)
+/// demo's, there is no table and both runs are the same path: checked in bf16 only.)
 #[test]
 fn qkv_table_matches_the_first_layers_projection() {
     let test = "qkv_table_matches_the_first_layers_projection";
     for (name, fp8) in models_to_check()
         .into_iter()
         .flat_map(|n| [(n, Fp8Scope::None), (n, Fp8Scope::Layers)])
+        .filter(|&(n, fp8)| n != "demo" || fp8 == Fp8Scope::None)
     {
         let model = Model::load(name, LoadOptions::default()).unwrap();
         // (the staged MMA off: two-row calls on the GEMV, the table's kernel)
