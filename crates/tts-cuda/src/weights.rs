@@ -13,7 +13,7 @@ use tts_model::weights::{CodePredictorW, DecoderLayerW, LinearW, TalkerW, Tensor
 use crate::device::{DBuf, GemmType, Gpu};
 use crate::error::CudaError;
 use crate::linear::Linear;
-use crate::routing::{fp8_gemv, Fp8Gemv, FP8_GEMV_MAX_ROWS};
+use crate::routing::{Fp8Gemv, LinearPaths, FP8_GEMV_MAX_ROWS};
 
 /// Loads host tensors (bf16 or f32 as stored / generated).
 pub struct HostLoader<'a>(pub &'a WeightSource);
@@ -233,13 +233,14 @@ impl DevTalker {
 impl DevCodePredictor {
     /// Loads the code predictor and, for the 1.7B geometry, folds the projection into the
     /// embedding tables (`proj(E_j(c))`, `proj(C(c))`) with one GEMM each, and with
-    /// `qkv_table` computes [`DevCodePredictor::qkv0`] from them.
+    /// `qkv_table` (the FP8 GEMV routing the calls will take) computes
+    /// [`DevCodePredictor::qkv0`] from them.
     pub fn load(
         gpu: &Gpu,
         cfg: &ModelConfig,
         src: &WeightSource,
         talker: &DevTalker,
-        (fp8, qkv_table_on): (Fp8Scope, bool),
+        (fp8, qkv_table_paths): (Fp8Scope, Option<&LinearPaths>),
     ) -> Result<Self, CudaError> {
         let w = CodePredictorW::load(cfg, &mut HostLoader(src))?;
         let d = cfg.talker.code_predictor.dims();
@@ -300,8 +301,8 @@ impl DevCodePredictor {
             None => (None, None),
         };
         let stack = DevStack::new(gpu, d, &w.layers, &w.norm, (fp8, Stack::CodePredictor))?;
-        let qkv0 = match &folded {
-            Some(f) if qkv_table_on => qkv_table(gpu, &stack, f, vocab)?,
+        let qkv0 = match (&folded, qkv_table_paths) {
+            (Some(f), Some(paths)) => qkv_table(gpu, &stack, f, vocab, paths)?,
             _ => None,
         };
         Ok(Self {
@@ -327,10 +328,10 @@ const QKV_TABLE_STEPS: usize = 14;
 /// `qkv(norm(folded[j][c]))` for j < 14, c < `vocab`: the first layer's QKV projection of
 /// every input row of steps 1..14, computed on the GEMV a one-row call runs on, 8 rows a
 /// launch, so each row is what that layer computes for it at one row. An FP8 layer's table
-/// comes from its bf16 copy (its dequantized values) when the routing rule streams that
-/// copy at one and two rows (`routing::fp8_gemv`: every code-predictor matrix of the 1.7B;
-/// with its codes forced, `CudaOptions::fp8_codes`, the call's sums would differ from the
-/// table's by rounding), else there is none. Without the table an FP8 code predictor ran
+/// comes from its bf16 copy (its dequantized values) when `paths` (the calls' routing,
+/// `LinearPaths::fp8_kernel`) streams that copy at one and two rows (by the rule, every
+/// code-predictor matrix of the 1.7B), else there is none (the codes' sums would differ
+/// from the table's by rounding). Without the table an FP8 code predictor ran
 /// one more launch a step: on an H100 its call took 1.739 / 1.884 / 3.476 ms at 1 / 2 / 32
 /// rows with `QWEN3_TTS_FP8=layers` against 1.694 / 1.830 / 3.312 in bf16.
 fn qkv_table(
@@ -338,14 +339,15 @@ fn qkv_table(
     s: &DevStack,
     folded: &DBuf<f32>,
     vocab: usize,
+    paths: &LinearPaths,
 ) -> Result<Option<DBuf<f32>>, CudaError> {
     let Some(l0) = s.layers.first() else {
         return Ok(None);
     };
     let (n, k) = (l0.qkv.n, l0.qkv.k);
-    let codes_by_rule = (1..=FP8_GEMV_MAX_ROWS)
-        .any(|m| [false, true].map(|norm| fp8_gemv(m, n, k, norm, true)) != [Fp8Gemv::Bf16; 2]);
-    if l0.qkv.fp8.is_some() && codes_by_rule {
+    let streams_codes = (1..=FP8_GEMV_MAX_ROWS)
+        .any(|m| [false, true].map(|norm| paths.fp8_kernel(m, n, k, norm)) != [Fp8Gemv::Bf16; 2]);
+    if l0.qkv.fp8.is_some() && streams_codes {
         return Ok(None);
     }
     let (ch, q) = (s.dims.hidden, l0.qkv.n);

@@ -16,7 +16,7 @@ use crate::linear::Linear;
 use crate::persistent::Persistent;
 use crate::prefill_plan::token_bucket;
 use crate::prefix::{CacheShape, PrefixCache};
-use crate::routing::{autotune, TunedShape};
+use crate::routing::{autotune, LinearPaths, TunedShape};
 use crate::talker::{talker_kv, SampleRules};
 use crate::weights::{DevCodePredictor, DevTalker, HostLoader};
 use crate::workspace::Workspace;
@@ -219,12 +219,18 @@ impl CudaBackend {
         let mut gpu = open_gpu(&opts)?;
         let t0 = std::time::Instant::now();
         let talker = DevTalker::load(&gpu, &model.config, &model.weights, opts.fp8)?;
+        // (the FP8 GEMV routing choose_paths gives the calls, for the QKV table)
+        let fp8_paths = LinearPaths {
+            fp8_codes: opts.fp8_codes,
+            fp8_mma: opts.fp8_mma,
+            ..Default::default()
+        };
         let cp = DevCodePredictor::load(
             &gpu,
             &model.config,
             &model.weights,
             &talker,
-            (opts.fp8, opts.cp_qkv_table),
+            (opts.fp8, opts.cp_qkv_table.then_some(&fp8_paths)),
         )?;
         if opts.l2_persist_cp {
             let bytes = cp.stack.layer_bytes();
