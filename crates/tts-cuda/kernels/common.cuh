@@ -228,3 +228,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
+// Asks L2 for `bytes` bytes at `p` (both multiples of 16): one request to the bulk copy
+// engine on sm_90, else one prefetch_l2 per 128-byte line.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned int bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    for (unsigned int o = 0; o < bytes; o += 128) prefetch_l2((const char*)p + o);
+#endif
+}

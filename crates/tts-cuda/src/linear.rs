@@ -86,6 +86,20 @@ impl Linear {
         2 * self.n * self.k
     }
 
+    /// The weights (pointer, bytes) a call of `m` rows streams: an FP8 layer's codes where
+    /// [`LinearPaths::fp8_kernel`] takes them for a layer that norms nothing itself (a
+    /// norm-chain reader, as in a one-row step), else the bf16 matrix. For prefetching
+    /// ahead (`stack::run_layers`); a call that ends up on the other copy reads the same
+    /// values.
+    pub fn streamed_weights(&self, m: usize, paths: &LinearPaths) -> (u64, usize) {
+        match &self.fp8 {
+            Some(f) if paths.fp8_kernel(m, self.n, self.k, false) != Fp8Gemv::Bf16 => {
+                (f.codes.ptr, self.n * self.k)
+            }
+            _ => (self.w.ptr, self.bf16_bytes()),
+        }
+    }
+
     /// Uploads an FP8 weight: its codes and scales for the GEMV, and the dequantized
     /// matrix (exact in bf16) for the other paths.
     pub fn new_fp8(gpu: &Gpu, q: &Fp8Rows, bias: Option<&[f32]>) -> Result<Self, CudaError> {

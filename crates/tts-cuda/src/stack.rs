@@ -13,6 +13,9 @@ use crate::workspace::Workspace;
 /// attention.cu).
 const SHORT_CACHE_POSITIONS: usize = 16;
 
+/// Bytes of one L2 request of `attention_row.cu`'s prefetch (`AR_PF_PIECE`).
+const ATTENTION_PREFETCH_PIECE: usize = 32768;
+
 /// Where a stack's tokens live and which cache rows they use.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens {
@@ -171,6 +174,14 @@ pub fn run_layers(
                     && tokens_per_row == 1
                     && rows <= ws.scratch.paths.row_attention_rows
                     && row_attention_fits(d.head_dim);
+                // `attention_row.cu` also takes the L2 prefetch of the gate/up weights
+                let prefetch = by_row.then(|| {
+                    let (w, len) = layer.gate_up.streamed_weights(rows, &ws.scratch.paths);
+                    let pieces =
+                        ws.scratch.paths.attention_prefetch.min(len) / ATTENTION_PREFETCH_PIECE;
+                    [Arg::P(w), Arg::I(pieces as i32)]
+                });
+                let prefetch: &[Arg] = prefetch.as_ref().map_or(&[], |p| p);
                 gpu.launch(
                     match (short, by_group, by_row, f32_kv) {
                         (true, true, _, true) => "fused_attention_short_group_f32",
@@ -198,6 +209,7 @@ pub fn run_layers(
                         &norm_rope_kv[..],
                         &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
                         &split_out[..],
+                        prefetch,
                     ]
                     .concat(),
                 )?;

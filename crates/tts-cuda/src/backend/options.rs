@@ -112,6 +112,11 @@ pub struct CudaOptions {
     /// `attention_row.cu`'s cached-rows form (`row_attention_split`) instead of
     /// `decode_attention`: lane groups per position, one block barrier for the softmax.
     pub row_attention_split: bool,
+    /// MiB of each layer's gate/up weights (its FP8 codes where its one- and two-row
+    /// GEMVs stream them) that `attention_row.cu`'s blocks ask L2 for right after their
+    /// PDL wait, while memory would sit idle (0, the default: none). An experiment, not
+    /// yet measured on a GPU; the outputs are the same bits either way.
+    pub attention_prefetch_mib: usize,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -292,6 +297,7 @@ impl Default for CudaOptions {
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,
+            attention_prefetch_mib: 0,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,

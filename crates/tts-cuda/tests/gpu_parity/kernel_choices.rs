@@ -278,6 +278,37 @@ fn staged_gemv_stages_match_the_gemv_stages() {
     }
 }
 
+/// Talker steps whose attention asks L2 for the layer's gate/up weights
+/// (`CudaOptions::attention_prefetch_mib`, here more than any such matrix: the whole of
+/// it) give what they give without: two rows, the same sampled codes and the same
+/// last-head logits, bit for bit, for 4 frames of both models.
+#[test]
+fn attention_prefetch_leaves_the_stages_bit_for_bit() {
+    let test = "attention_prefetch_leaves_the_stages_bit_for_bit";
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let opts = |attention_prefetch_mib| CudaOptions {
+            attention_prefetch_mib,
+            ..options(false)
+        };
+        let prompts = many_prompts(&model, 2, 2, |i| {
+            format!("Prefetch check {i}, a few words.")
+        });
+        let seeds = [93, 94];
+        let Some(base) = lock_step_on(&model, test, opts(0), &prompts, &seeds, 4) else {
+            return;
+        };
+        let run = lock_step_on(&model, test, opts(1024), &prompts, &seeds, 4).unwrap();
+        assert_same_run(
+            &format!("{name}, attention prefetch"),
+            &run,
+            &base,
+            f32::MIN_POSITIVE,
+        );
+        eprintln!("{test}: {name}: 4 frames identical, logits bit for bit");
+    }
+}
+
 /// Code-predictor calls of 2-8 rows with the staged MMA (`CudaOptions::staged_mma_rows`,
 /// the default) compute what the other paths compute (the GEMV at 2 rows, GEMV and
 /// cluster layers at 5 and 8): with f32 KV caches the same sampled codes for 4 frames and
