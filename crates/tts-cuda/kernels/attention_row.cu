@@ -225,14 +225,21 @@ __device__ __forceinline__ void row_attention_split_rows(const float* out, int l
               ldxb, rows, r);
 }
 
-// Bytes of one L2 request of AR_ENTRY's prefetch (a thread's piece of `pf`).
+// Bytes of one L2 request of the entries' prefetch (a thread's piece of `pf`).
 #define AR_PF_PIECE 32768
 
 // `pf`, `pf_pieces` (QWEN3_TTS_ATTENTION_PREFETCH, off by default): right after its wait,
 // row 0's blocks ask L2 for pf_pieces pieces of AR_PF_PIECE bytes from pf, a weight matrix
-// a later launch of the step reads (stack.rs: the layer's gate/up). Memory would sit idle
+// a later launch of the stack reads (stack.rs: the layer's gate/up). Memory would sit idle
 // while this kernel attends: the O projection's blocks, launched at its trigger, request
 // their own weights at the same time. Weights only, so nothing written is read early.
+__device__ __forceinline__ void row_attention_prefetch(const unsigned char* pf, int pf_pieces) {
+    if (blockIdx.y != 0) return;
+    const int stride = gridDim.x * blockDim.x;
+    for (int i = blockIdx.x + gridDim.x * threadIdx.x; i < pf_pieces; i += stride)
+        prefetch_l2_bulk(pf + (size_t)i * AR_PF_PIECE, AR_PF_PIECE);
+}
+
 #define AR_ENTRY(NAME, KV)                                                                      \
     extern "C" __global__ void __launch_bounds__(AR_THREADS) NAME(                              \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
@@ -243,12 +250,7 @@ __device__ __forceinline__ void row_attention_split_rows(const float* out, int l
         const unsigned char* __restrict__ pf, int pf_pieces) {                                  \
         const int r = blockIdx.y;                                                               \
         if (r >= rows || tpr != 1 || slots[r] < 0) return;                                      \
-        const auto prefetch = [&] {                                                             \
-            if (r != 0) return;                                                                 \
-            const int stride = gridDim.x * blockDim.x;                                          \
-            for (int i = blockIdx.x + gridDim.x * threadIdx.x; i < pf_pieces; i += stride)      \
-                prefetch_l2_bulk(pf + (size_t)i * AR_PF_PIECE, AR_PF_PIECE);                    \
-        };                                                                                      \
+        const auto prefetch = [&] { row_attention_prefetch(pf, pf_pieces); };                    \
         row_attention_body<KV, false>(prefetch, qkv, ldq, slots, positions, q_norm, k_norm,     \
                                       eps, inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, \
                                       0, out, ldo);                                             \
@@ -258,14 +260,17 @@ AR_ENTRY(row_attention, bf16)
 AR_ENTRY(row_attention_f32, float)
 
 // decode_attention's arguments (attention.cu: grid (heads, T), q normed and rotated in place
-// and every token's K/V in the cache, written by qk_norm_rope_kv just before).
+// and every token's K/V in the cache, written by qk_norm_rope_kv just before), then the
+// prefetch's (as AR_ENTRY).
 #define ARS_ENTRY(NAME, KV)                                                                     \
     extern "C" __global__ void __launch_bounds__(AR_THREADS) NAME(                              \
         const float* __restrict__ qkv, int ldq, int T, const int* __restrict__ slots,           \
         const int* __restrict__ positions, const KV* __restrict__ k_cache,                      \
         const KV* __restrict__ v_cache, int max_pos, int heads, int kvh, int hd, int window,    \
-        float* out, int ldo, bf16* xb, int ldxb) {                                              \
+        float* out, int ldo, bf16* xb, int ldxb, const unsigned char* __restrict__ pf,          \
+        int pf_pieces) {                                                                        \
         pdl_wait();                                                                             \
+        row_attention_prefetch(pf, pf_pieces);                                                  \
         const int r = blockIdx.y;                                                               \
         if (r >= T || slots[r] < 0) {                                                           \
             pdl_trigger();                                                                      \

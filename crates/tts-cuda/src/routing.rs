@@ -216,7 +216,7 @@ pub struct LinearPaths {
     /// The split attention runs on `attention_row.cu` (`CudaOptions::row_attention_split`).
     pub row_attention_split: bool,
     /// Bytes of each layer's gate/up weights `attention_row.cu` asks L2 for while it
-    /// attends (`CudaOptions::attention_prefetch_mib`; 0: none).
+    /// attends, in steps and prefills (`CudaOptions::attention_prefetch_mib`; 0: none).
     pub attention_prefetch: usize,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,

@@ -120,6 +120,13 @@ pub fn run_layers(
             .split_target(gpu, a, layer.o.n, qd)
             .filter(|_| whole_rows);
         let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
+        // `attention_row.cu`'s last arguments: the L2 prefetch of this layer's gate/up
+        // weights, as a call of `rows` rows streams them
+        let prefetch = |rows: usize| {
+            let (w, len) = layer.gate_up.streamed_weights(rows, &ws.scratch.paths);
+            let pieces = ws.scratch.paths.attention_prefetch.min(len) / ATTENTION_PREFETCH_PIECE;
+            [Arg::P(w), Arg::I(pieces as i32)]
+        };
         match mode {
             Attention::Split => {
                 gpu.launch(
@@ -137,6 +144,8 @@ pub fn run_layers(
                     .concat(),
                 )?;
                 let by_row = ws.scratch.paths.row_attention_split && row_attention_fits(d.head_dim);
+                let prefetch = by_row.then(|| prefetch(tok.n));
+                let prefetch: &[Arg] = prefetch.as_ref().map_or(&[], |p| p);
                 gpu.launch(
                     match (by_row, f32_kv) {
                         (true, true) => "row_attention_split_f32",
@@ -147,23 +156,26 @@ pub fn run_layers(
                     (d.heads as u32, tok.n as u32, 1),
                     128,
                     &[
-                        Arg::P(ws.qkv.ptr),
-                        Arg::I(ldq as i32),
-                        Arg::I(tok.n as i32),
-                        Arg::P(tok.slots),
-                        Arg::P(tok.positions),
-                        Arg::P(kc),
-                        Arg::P(vc),
-                        Arg::I(kv.max_pos as i32),
-                        Arg::I(d.heads as i32),
-                        Arg::I(d.kv_heads as i32),
-                        Arg::I(d.head_dim as i32),
-                        Arg::I(0),
-                        Arg::P(ws.attn.ptr),
-                        Arg::I(qd as i32),
-                        split_out[0],
-                        split_out[1],
-                    ],
+                        &[
+                            Arg::P(ws.qkv.ptr),
+                            Arg::I(ldq as i32),
+                            Arg::I(tok.n as i32),
+                            Arg::P(tok.slots),
+                            Arg::P(tok.positions),
+                            Arg::P(kc),
+                            Arg::P(vc),
+                            Arg::I(kv.max_pos as i32),
+                            Arg::I(d.heads as i32),
+                            Arg::I(d.kv_heads as i32),
+                            Arg::I(d.head_dim as i32),
+                            Arg::I(0),
+                            Arg::P(ws.attn.ptr),
+                            Arg::I(qd as i32),
+                        ][..],
+                        &split_out[..],
+                        prefetch,
+                    ]
+                    .concat(),
                 )?;
             }
             Attention::Fused { tokens_per_row } => {
@@ -174,13 +186,7 @@ pub fn run_layers(
                     && tokens_per_row == 1
                     && rows <= ws.scratch.paths.row_attention_rows
                     && row_attention_fits(d.head_dim);
-                // `attention_row.cu` also takes the L2 prefetch of the gate/up weights
-                let prefetch = by_row.then(|| {
-                    let (w, len) = layer.gate_up.streamed_weights(rows, &ws.scratch.paths);
-                    let pieces =
-                        ws.scratch.paths.attention_prefetch.min(len) / ATTENTION_PREFETCH_PIECE;
-                    [Arg::P(w), Arg::I(pieces as i32)]
-                });
+                let prefetch = by_row.then(|| prefetch(rows));
                 let prefetch: &[Arg] = prefetch.as_ref().map_or(&[], |p| p);
                 gpu.launch(
                     match (short, by_group, by_row, f32_kv) {

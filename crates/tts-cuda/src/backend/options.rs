@@ -113,9 +113,10 @@ pub struct CudaOptions {
     /// `decode_attention`: lane groups per position, one block barrier for the softmax.
     pub row_attention_split: bool,
     /// MiB of each layer's gate/up weights (its FP8 codes where its one- and two-row
-    /// GEMVs stream them) that `attention_row.cu`'s blocks ask L2 for right after their
-    /// PDL wait, while memory would sit idle (0, the default: none). An experiment, not
-    /// yet measured on a GPU; the outputs are the same bits either way.
+    /// GEMVs stream them) that `attention_row.cu`'s blocks (talker steps and the split
+    /// attention of prefills) ask L2 for right after their PDL wait, while memory would sit
+    /// idle (0, the default: none). An experiment, not yet measured on a GPU; the outputs
+    /// are the same bits either way.
     pub attention_prefetch_mib: usize,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).

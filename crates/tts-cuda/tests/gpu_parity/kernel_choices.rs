@@ -278,7 +278,7 @@ fn staged_gemv_stages_match_the_gemv_stages() {
     }
 }
 
-/// Talker steps whose attention asks L2 for the layer's gate/up weights
+/// Prefills and talker steps whose attention asks L2 for the layer's gate/up weights
 /// (`CudaOptions::attention_prefetch_mib`, here more than any such matrix: the whole of
 /// it) give what they give without: two rows, the same sampled codes and the same
 /// last-head logits, bit for bit, for 4 frames of both models.
