@@ -159,8 +159,9 @@ __device__ void split_row(const float* x, int K, const float* __restrict__ g, fl
 // start while the previous kernel is still finishing. Each of them calls pdl_wait() before
 // it reads anything an earlier kernel or copy wrote, or writes anything (only immutable
 // weights may be touched before it), then pdl_trigger() to let the next kernel launch.
-// One exception: gemv_staged.cu triggers before its wait when the host says the next
-// launch is a linear layer's (which reads only weights before its own wait); never when
+// One exception: gemv_staged.cu (and with QWEN3_TTS_GEMV_EARLY gemv.cu and gemv8_mma.cu)
+// triggers before its wait when the host says the next launch is a linear layer's (which
+// reads only weights before its own wait); never when
 // the next is an attention or sampling kernel, which read before their wait what launches
 // two or more back wrote and so need their predecessor to have waited.
 // Without the attribute both are no-ops.

@@ -386,7 +386,8 @@ pub fn linear_then(
     if path == LinearPath::Gemv {
         let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16).is_none();
         let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
-        gemv(gpu, l, &call, codes, next.is_some(), chain)?;
+        let early = (next.is_some(), scratch.paths.gemv_early);
+        gemv(gpu, l, &call, codes, early, chain)?;
         scratch.norm_ready.set(chain.record);
         return Ok(());
     }
@@ -693,7 +694,14 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    gemv(gpu, l, &call, Fp8Gemv::Bf16, false, NormChain::default())
+    gemv(
+        gpu,
+        l,
+        &call,
+        Fp8Gemv::Bf16,
+        (false, false),
+        NormChain::default(),
+    )
 }
 
 /// Whether `gemv8_mma.cu` takes `rows` rows of width `k`: 64-wide K chunks, at most two
@@ -734,7 +742,9 @@ pub(crate) fn gemv_bucket(rows: usize) -> usize {
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
 /// FP8 layer, else over the bf16 weights.
 /// `early`: the very next launch is another linear layer's kernel (`linear_then`'s
-/// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`).
+/// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`). The
+/// staged GEMV then lets it launch before its own wait; `gemv.cu` and `gemv8_mma.cu` do
+/// too where `LinearPaths::gemv_early` asks.
 /// `chain`: the launch's part of the norm chain (`NormChain::plan`; never on the staged
 /// GEMV).
 fn gemv(
@@ -742,7 +752,7 @@ fn gemv(
     l: &Linear,
     c: &RowCall,
     codes: Fp8Gemv,
-    early: bool,
+    (early, gemv_early): (bool, bool),
     chain: NormChain,
 ) -> Result<(), CudaError> {
     let m = c.x.count;
@@ -789,6 +799,7 @@ fn gemv(
         }
     };
     chain.apply(l.k, &mut args);
+    args.push(Arg::I(i32::from(early && gemv_early)));
     gpu.launch_reading(
         weights,
         name,

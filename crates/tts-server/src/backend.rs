@@ -137,6 +137,8 @@ pub fn create_cuda(
         row_attention_split: on_unless_zero("QWEN3_TTS_ROW_ATTENTION_SPLIT"),
         // MiB of each layer's gate/up weights attention_row.cu asks L2 for (0: none)
         attention_prefetch_mib: attention_prefetch_knob()?,
+        // the GEMVs let a next linear launch start before their wait (1; default after it)
+        gemv_early_trigger: std::env::var("QWEN3_TTS_GEMV_EARLY").is_ok_and(|v| v == "1"),
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
         // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
         codec_implicit: parsed_knob(

@@ -118,6 +118,11 @@ pub struct CudaOptions {
     /// idle (0, the default: none). An experiment, not yet measured on a GPU; the outputs
     /// are the same bits either way.
     pub attention_prefetch_mib: usize,
+    /// `gemv.cu` and `gemv8_mma.cu` trigger the next launch before their PDL wait when it
+    /// is a linear layer's (which reads nothing but weights before its own wait), as the
+    /// staged GEMV does: its weights then stream while this one waits (false, the default:
+    /// after the wait). An experiment, not yet measured on a GPU; the same bits either way.
+    pub gemv_early_trigger: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -299,6 +304,7 @@ impl Default for CudaOptions {
             row_attention_rows: 32,
             row_attention_split: true,
             attention_prefetch_mib: 0,
+            gemv_early_trigger: false,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,

@@ -278,34 +278,43 @@ fn staged_gemv_stages_match_the_gemv_stages() {
     }
 }
 
-/// Prefills and talker steps whose attention asks L2 for the layer's gate/up weights
-/// (`CudaOptions::attention_prefetch_mib`, here more than any such matrix: the whole of
-/// it) give what they give without: two rows, the same sampled codes and the same
-/// last-head logits, bit for bit, for 4 frames of both models.
+/// Two launch hints that must not change a bit: prefills and talker steps whose attention
+/// asks L2 for the layer's gate/up weights (`CudaOptions::attention_prefetch_mib`, here
+/// more than any such matrix: the whole of it), and GEMVs that let the next linear launch
+/// start before their PDL wait (`CudaOptions::gemv_early_trigger`). Each against neither:
+/// two rows, the same sampled codes and last-head logits, bit for bit, for 4 frames of
+/// both models.
 #[test]
-fn attention_prefetch_leaves_the_stages_bit_for_bit() {
-    let test = "attention_prefetch_leaves_the_stages_bit_for_bit";
+fn launch_hints_leave_the_stages_bit_for_bit() {
+    let test = "launch_hints_leave_the_stages_bit_for_bit";
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
-        let opts = |attention_prefetch_mib| CudaOptions {
-            attention_prefetch_mib,
-            ..options(false)
-        };
-        let prompts = many_prompts(&model, 2, 2, |i| {
-            format!("Prefetch check {i}, a few words.")
-        });
+        let prompts = many_prompts(&model, 2, 2, |i| format!("Hint check {i}, a few words."));
         let seeds = [93, 94];
-        let Some(base) = lock_step_on(&model, test, opts(0), &prompts, &seeds, 4) else {
+        let Some(base) = lock_step_on(&model, test, options(false), &prompts, &seeds, 4) else {
             return;
         };
-        let run = lock_step_on(&model, test, opts(1024), &prompts, &seeds, 4).unwrap();
-        assert_same_run(
-            &format!("{name}, attention prefetch"),
-            &run,
-            &base,
-            f32::MIN_POSITIVE,
-        );
-        eprintln!("{test}: {name}: 4 frames identical, logits bit for bit");
+        let hints = [
+            (
+                "attention prefetch",
+                CudaOptions {
+                    attention_prefetch_mib: 1024,
+                    ..options(false)
+                },
+            ),
+            (
+                "early GEMV trigger",
+                CudaOptions {
+                    gemv_early_trigger: true,
+                    ..options(false)
+                },
+            ),
+        ];
+        for (what, opts) in hints {
+            let run = lock_step_on(&model, test, opts, &prompts, &seeds, 4).unwrap();
+            assert_same_run(&format!("{name}, {what}"), &run, &base, f32::MIN_POSITIVE);
+            eprintln!("{test}: {name}, {what}: 4 frames identical, logits bit for bit");
+        }
     }
 }
 
