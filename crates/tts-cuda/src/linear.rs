@@ -92,11 +92,15 @@ impl Linear {
     /// ahead (`stack::run_layers`); a call that ends up on the other copy reads the same
     /// values.
     pub fn streamed_weights(&self, m: usize, paths: &LinearPaths) -> (u64, usize) {
-        match &self.fp8 {
-            Some(f) if paths.fp8_kernel(m, self.n, self.k, false) != Fp8Gemv::Bf16 => {
-                (f.codes.ptr, self.n * self.k)
-            }
-            _ => (self.w.ptr, self.bf16_bytes()),
+        self.weights_for(paths.fp8_kernel(m, self.n, self.k, false))
+    }
+
+    /// The weights (pointer, bytes) a GEMV of kernel choice `codes` reads: an FP8 layer's
+    /// codes, one byte each, unless `codes` is the bf16 copy; else the bf16 matrix.
+    fn weights_for(&self, codes: Fp8Gemv) -> (u64, usize) {
+        match self.fp8.as_ref().filter(|_| codes != Fp8Gemv::Bf16) {
+            Some(f) => (f.codes.ptr, self.n * self.k),
+            None => (self.w.ptr, self.bf16_bytes()),
         }
     }
 
@@ -776,14 +780,12 @@ fn gemv(
     }
     let (bf16_kernel, mut blocks) = gemv_choice(l.n, l.k, m);
     // `codes` comes from `LinearPaths::fp8_kernel`: at most FP8_GEMV_MAX_ROWS rows
-    // the weights it streams: bf16, or one byte per E4M3 code
-    let mut weights = (l.w.ptr, l.bf16_bytes());
+    let weights = l.weights_for(codes);
     let mut smem = 0;
     let name = match l.fp8.as_ref().filter(|_| codes != Fp8Gemv::Bf16) {
         Some(f) => {
             args[0] = Arg::P(f.codes.ptr);
             args.push(Arg::P(f.scales.ptr));
-            weights = (f.codes.ptr, l.n * l.k);
             if codes == Fp8Gemv::Mma {
                 // 16 outputs a block, the rows split into f16 hi / lo in shared memory
                 blocks = l.n.div_ceil(16);

@@ -120,12 +120,15 @@ pub fn run_layers(
             .split_target(gpu, a, layer.o.n, qd)
             .filter(|_| whole_rows);
         let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
-        // `attention_row.cu`'s last arguments: the L2 prefetch of this layer's gate/up
-        // weights, as a call of `rows` rows streams them
-        let prefetch = |rows: usize| {
+        // `attention_row.cu`'s last arguments (`by_row`: the launch is its; else none): the
+        // L2 prefetch of this layer's gate/up weights, as a call of `rows` rows streams them
+        let prefetch = |by_row: bool, rows: usize| -> Vec<Arg> {
+            if !by_row {
+                return Vec::new();
+            }
             let (w, len) = layer.gate_up.streamed_weights(rows, &ws.scratch.paths);
             let pieces = ws.scratch.paths.attention_prefetch.min(len) / ATTENTION_PREFETCH_PIECE;
-            [Arg::P(w), Arg::I(pieces as i32)]
+            vec![Arg::P(w), Arg::I(pieces as i32)]
         };
         match mode {
             Attention::Split => {
@@ -144,8 +147,6 @@ pub fn run_layers(
                     .concat(),
                 )?;
                 let by_row = ws.scratch.paths.row_attention_split && row_attention_fits(d.head_dim);
-                let prefetch = by_row.then(|| prefetch(tok.n));
-                let prefetch: &[Arg] = prefetch.as_ref().map_or(&[], |p| p);
                 gpu.launch(
                     match (by_row, f32_kv) {
                         (true, true) => "row_attention_split_f32",
@@ -173,7 +174,7 @@ pub fn run_layers(
                             Arg::I(qd as i32),
                         ][..],
                         &split_out[..],
-                        prefetch,
+                        &prefetch(by_row, tok.n)[..],
                     ]
                     .concat(),
                 )?;
@@ -186,8 +187,6 @@ pub fn run_layers(
                     && tokens_per_row == 1
                     && rows <= ws.scratch.paths.row_attention_rows
                     && row_attention_fits(d.head_dim);
-                let prefetch = by_row.then(|| prefetch(rows));
-                let prefetch: &[Arg] = prefetch.as_ref().map_or(&[], |p| p);
                 gpu.launch(
                     match (short, by_group, by_row, f32_kv) {
                         (true, true, _, true) => "fused_attention_short_group_f32",
@@ -215,7 +214,7 @@ pub fn run_layers(
                         &norm_rope_kv[..],
                         &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
                         &split_out[..],
-                        prefetch,
+                        &prefetch(by_row, rows)[..],
                     ]
                     .concat(),
                 )?;
