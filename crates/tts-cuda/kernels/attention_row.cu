@@ -93,10 +93,9 @@ __device__ __forceinline__ void online_fold(const float (&sc)[N], VAL vals, floa
     m = mn;
 }
 
-// `after_wait` (not SPLIT): called by every thread right after the PDL wait and trigger.
-template <typename KV, bool SPLIT, typename AfterWait>
+template <typename KV, bool SPLIT>
 __device__ __forceinline__ void row_attention_body(
-    AfterWait after_wait, const float* __restrict__ qkv, int ldq, const int* __restrict__ slots,
+    const float* __restrict__ qkv, int ldq, const int* __restrict__ slots,
     const int* __restrict__ positions, const float* __restrict__ q_norm,
     const float* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq, int heads,
     int kvh, int hd, KV* k_cache, KV* v_cache, int max_pos, int window, float* out, int ldo) {
@@ -144,7 +143,6 @@ __device__ __forceinline__ void row_attention_body(
         rope_angles(s_cs, inv_freq, pos, hd, tid, blockDim.x);
         pdl_wait();
         pdl_trigger();
-        after_wait();
         __syncthreads();  // the angles, written by warps 0 and 1, are read by both
         // 1. q of head h (warp 0), k of group g (warp 1) normed and rotated, v: into shared
         //    memory, k and v rounded as the cache rounds them and stored by the group's first
@@ -225,58 +223,38 @@ __device__ __forceinline__ void row_attention_split_rows(const float* out, int l
               ldxb, rows, r);
 }
 
-// Bytes of one L2 request of the entries' prefetch (a thread's piece of `pf`).
-#define AR_PF_PIECE 32768
-
-// `pf`, `pf_pieces` (QWEN3_TTS_ATTENTION_PREFETCH, off by default): right after its wait,
-// row 0's blocks ask L2 for pf_pieces pieces of AR_PF_PIECE bytes from pf, a weight matrix
-// a later launch of the stack reads (stack.rs: the layer's gate/up). Memory would sit idle
-// while this kernel attends: the O projection's blocks, launched at its trigger, request
-// their own weights at the same time. Weights only, so nothing written is read early.
-__device__ __forceinline__ void row_attention_prefetch(const unsigned char* pf, int pf_pieces) {
-    if (blockIdx.y != 0) return;
-    const int stride = gridDim.x * blockDim.x;
-    for (int i = blockIdx.x + gridDim.x * threadIdx.x; i < pf_pieces; i += stride)
-        prefetch_l2_bulk(pf + (size_t)i * AR_PF_PIECE, AR_PF_PIECE);
-}
-
 #define AR_ENTRY(NAME, KV)                                                                      \
     extern "C" __global__ void __launch_bounds__(AR_THREADS) NAME(                              \
         const float* __restrict__ qkv, int ldq, int rows, int tpr,                              \
         const int* __restrict__ slots, const int* __restrict__ positions,                       \
         const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,          \
         const float* __restrict__ inv_freq, int heads, int kvh, int hd, KV* k_cache,            \
-        KV* v_cache, int max_pos, float* out, int ldo, bf16* xb, int ldxb,                      \
-        const unsigned char* __restrict__ pf, int pf_pieces) {                                  \
+        KV* v_cache, int max_pos, float* out, int ldo, bf16* xb, int ldxb) {                    \
         const int r = blockIdx.y;                                                               \
         if (r >= rows || tpr != 1 || slots[r] < 0) return;                                      \
-        const auto prefetch = [&] { row_attention_prefetch(pf, pf_pieces); };                    \
-        row_attention_body<KV, false>(prefetch, qkv, ldq, slots, positions, q_norm, k_norm,     \
-                                      eps, inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, \
-                                      0, out, ldo);                                             \
+        row_attention_body<KV, false>(qkv, ldq, slots, positions, q_norm, k_norm, eps,          \
+                                      inv_freq, heads, kvh, hd, k_cache, v_cache, max_pos, 0,   \
+                                      out, ldo);                                                \
         row_attention_split_rows(out, ldo, hd, xb, ldxb, rows, r);                              \
     }
 AR_ENTRY(row_attention, bf16)
 AR_ENTRY(row_attention_f32, float)
 
 // decode_attention's arguments (attention.cu: grid (heads, T), q normed and rotated in place
-// and every token's K/V in the cache, written by qk_norm_rope_kv just before), then the
-// prefetch's (as AR_ENTRY).
+// and every token's K/V in the cache, written by qk_norm_rope_kv just before).
 #define ARS_ENTRY(NAME, KV)                                                                     \
     extern "C" __global__ void __launch_bounds__(AR_THREADS) NAME(                              \
         const float* __restrict__ qkv, int ldq, int T, const int* __restrict__ slots,           \
         const int* __restrict__ positions, const KV* __restrict__ k_cache,                      \
         const KV* __restrict__ v_cache, int max_pos, int heads, int kvh, int hd, int window,    \
-        float* out, int ldo, bf16* xb, int ldxb, const unsigned char* __restrict__ pf,          \
-        int pf_pieces) {                                                                        \
+        float* out, int ldo, bf16* xb, int ldxb) {                                              \
         pdl_wait();                                                                             \
-        row_attention_prefetch(pf, pf_pieces);                                                  \
         const int r = blockIdx.y;                                                               \
         if (r >= T || slots[r] < 0) {                                                           \
             pdl_trigger();                                                                      \
             return;                                                                             \
         }                                                                                       \
-        row_attention_body<KV, true>([] {}, qkv, ldq, slots, positions, nullptr, nullptr, 0.f,  \
+        row_attention_body<KV, true>(qkv, ldq, slots, positions, nullptr, nullptr, 0.f,         \
                                      nullptr, heads, kvh, hd, (KV*)k_cache, (KV*)v_cache,       \
                                      max_pos, window, out, ldo);                                \
         row_attention_split_rows(out, ldo, hd, xb, ldxb, T, r);                                 \

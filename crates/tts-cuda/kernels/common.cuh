@@ -159,9 +159,8 @@ __device__ void split_row(const float* x, int K, const float* __restrict__ g, fl
 // start while the previous kernel is still finishing. Each of them calls pdl_wait() before
 // it reads anything an earlier kernel or copy wrote, or writes anything (only immutable
 // weights may be touched before it), then pdl_trigger() to let the next kernel launch.
-// One exception: gemv_staged.cu (and with QWEN3_TTS_GEMV_EARLY gemv.cu and gemv8_mma.cu)
-// triggers before its wait when the host says the next launch is a linear layer's (which
-// reads only weights before its own wait); never when
+// One exception: gemv_staged.cu triggers before its wait when the host says the next
+// launch is a linear layer's (which reads only weights before its own wait); never when
 // the next is an attention or sampling kernel, which read before their wait what launches
 // two or more back wrote and so need their predecessor to have waited.
 // Without the attribute both are no-ops.
@@ -228,13 +227,4 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // The same into this multiprocessor's L1 (immutable data only: L1 is not coherent).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-// Asks L2 for `bytes` bytes at `p` (both multiples of 16): one request to the bulk copy
-// engine on sm_90, else one prefetch_l2 per 128-byte line.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned int bytes) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-    for (unsigned int o = 0; o < bytes; o += 128) prefetch_l2((const char*)p + o);
-#endif
 }

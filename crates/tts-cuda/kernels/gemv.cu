@@ -141,8 +141,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
                                           int rows_valid, int ksplit,
                                           const float* __restrict__ scales,
                                           const float* __restrict__ ss_in, int ss_n, float* xo,
-                                          const float* __restrict__ xo_g, float* ss_out,
-                                          int early) {
+                                          const float* __restrict__ xo_g, float* ss_out) {
     static_assert(!(PRE && F8), "PRE is for bf16 weights");
     // elements per 16-byte chunk, a warp's K step, bytes per element
     constexpr int EPL = F8 ? 16 : 8, STEP = 32 * EPL, EB = F8 ? 1 : 2;
@@ -207,11 +206,8 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
             if (act == 2) pre_s[1] = scales[sn + 1];
         }
     }
-    // `early` (QWEN3_TTS_GEMV_EARLY): the next launch is a linear layer's, which reads
-    // nothing but weights before its own wait (see gemv_staged.cu), so it may launch now
-    if (early) pdl_trigger();
     pdl_wait();
-    if (!early) pdl_trigger();
+    pdl_trigger();
     if (stores && res) pre_res = res[act == 2 ? sn / 2 : sn];
     // the norm chain's Σ y² partials of this row, in flight during the products
     float ss = 0.f;
@@ -345,10 +341,9 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
         const float* __restrict__ scales, const float* __restrict__ ss_in, int ss_n, float* xo,  \
-        const float* __restrict__ xo_g, float* ss_out, int early) {                              \
+        const float* __restrict__ xo_g, float* ss_out) {                                         \
         gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,        \
-                               rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out,        \
-                               early);                                                           \
+                               rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out);       \
     }
 
 // bf16 weights (`scales` unused)

@@ -95,7 +95,7 @@ __device__ __forceinline__ void gemv8_mma_body(
     const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,
     const float* res, int ldr, float* Y, int ldy, int rows_valid,
     const float* __restrict__ scales, const float* __restrict__ ss_in, int ss_n, float* xo,
-    const float* __restrict__ xo_g, float* ss_out, int early) {
+    const float* __restrict__ xo_g, float* ss_out) {
     extern __shared__ __align__(16) unsigned g8t_sx[];
     __shared__ float s_red[G8T_WARPS][4][32];
     // per warp: each row's max |xin| and Σ x² (norm) or its share of the chain's partials
@@ -118,10 +118,8 @@ __device__ __forceinline__ void gemv8_mma_body(
         }
     };
     load_pass(warp);
-    // `early`: as gemv.cu's
-    if (early) pdl_trigger();
     pdl_wait();
-    if (!early) pdl_trigger();
+    pdl_trigger();
 
     // One pass over x for the row statistics (max |xin| for s, Σ x² for a fused norm);
     // each thread keeps its first XR float4 of each row in registers for the split (K <=
@@ -250,9 +248,9 @@ __device__ __forceinline__ void gemv8_mma_body(
         int ldx, const float* __restrict__ norm_w, float eps, const float* __restrict__ bias,   \
         int act, const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,      \
         const float* __restrict__ scales, const float* __restrict__ ss_in, int ss_n, float* xo, \
-        const float* __restrict__ xo_g, float* ss_out, int early) {                             \
+        const float* __restrict__ xo_g, float* ss_out) {                                        \
         gemv8_mma_body<MM>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,           \
-                           rows_valid, scales, ss_in, ss_n, xo, xo_g, ss_out, early);           \
+                           rows_valid, scales, ss_in, ss_n, xo, xo_g, ss_out);                  \
     }
 
 GEMV8_MMA_ENTRY(gemv8_mma_m1, 1, 4)

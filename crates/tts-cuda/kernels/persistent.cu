@@ -101,7 +101,12 @@ __device__ void cpl_prefetch(const bf16* w, int n, int k, size_t cap) {
     if (cap) bytes = min(bytes, cap & ~(size_t)15);
     const size_t piece = 32768;
     for (size_t off = (size_t)threadIdx.x * piece; off < bytes; off += (size_t)blockDim.x * piece) {
-        prefetch_l2_bulk(p + off, (unsigned int)min(piece, bytes - off));
+        unsigned int sz = (unsigned int)min(piece, bytes - off);
+#if __CUDA_ARCH__ >= 900
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(sz) : "memory");
+#else
+        for (unsigned int o = 0; o < sz; o += 128) prefetch_l2(p + off + o);
+#endif
     }
 }
 

@@ -86,24 +86,6 @@ impl Linear {
         2 * self.n * self.k
     }
 
-    /// The weights (pointer, bytes) a call of `m` rows streams: an FP8 layer's codes where
-    /// [`LinearPaths::fp8_kernel`] takes them for a layer that norms nothing itself (a
-    /// norm-chain reader, as in a one-row step), else the bf16 matrix. For prefetching
-    /// ahead (`stack::run_layers`); a call that ends up on the other copy reads the same
-    /// values.
-    pub fn streamed_weights(&self, m: usize, paths: &LinearPaths) -> (u64, usize) {
-        self.weights_for(paths.fp8_kernel(m, self.n, self.k, false))
-    }
-
-    /// The weights (pointer, bytes) a GEMV of kernel choice `codes` reads: an FP8 layer's
-    /// codes, one byte each, unless `codes` is the bf16 copy; else the bf16 matrix.
-    fn weights_for(&self, codes: Fp8Gemv) -> (u64, usize) {
-        match self.fp8.as_ref().filter(|_| codes != Fp8Gemv::Bf16) {
-            Some(f) => (f.codes.ptr, self.n * self.k),
-            None => (self.w.ptr, self.bf16_bytes()),
-        }
-    }
-
     /// Uploads an FP8 weight: its codes and scales for the GEMV, and the dequantized
     /// matrix (exact in bf16) for the other paths.
     pub fn new_fp8(gpu: &Gpu, q: &Fp8Rows, bias: Option<&[f32]>) -> Result<Self, CudaError> {
@@ -390,8 +372,7 @@ pub fn linear_then(
     if path == LinearPath::Gemv {
         let body = m != 1 || staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16).is_none();
         let chain = NormChain::plan(gpu, scratch, l, &call, body, norm_ready, next);
-        let early = (next.is_some(), scratch.paths.gemv_early);
-        gemv(gpu, l, &call, codes, early, chain)?;
+        gemv(gpu, l, &call, codes, next.is_some(), chain)?;
         scratch.norm_ready.set(chain.record);
         return Ok(());
     }
@@ -698,14 +679,7 @@ pub fn gemv_rows(
         y,
         ldy,
     };
-    gemv(
-        gpu,
-        l,
-        &call,
-        Fp8Gemv::Bf16,
-        (false, false),
-        NormChain::default(),
-    )
+    gemv(gpu, l, &call, Fp8Gemv::Bf16, false, NormChain::default())
 }
 
 /// Whether `gemv8_mma.cu` takes `rows` rows of width `k`: 64-wide K chunks, at most two
@@ -746,9 +720,7 @@ pub(crate) fn gemv_bucket(rows: usize) -> usize {
 /// One GEMV launch for up to 8 rows (`gemv.cu`): with `codes`, over the E4M3 codes of an
 /// FP8 layer, else over the bf16 weights.
 /// `early`: the very next launch is another linear layer's kernel (`linear_then`'s
-/// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`). The
-/// staged GEMV then lets it launch before its own wait; `gemv.cu` and `gemv8_mma.cu` do
-/// too where `LinearPaths::gemv_early` asks.
+/// `next`), which reads nothing but weights before its wait (see `gemv_staged.cu`).
 /// `chain`: the launch's part of the norm chain (`NormChain::plan`; never on the staged
 /// GEMV).
 fn gemv(
@@ -756,7 +728,7 @@ fn gemv(
     l: &Linear,
     c: &RowCall,
     codes: Fp8Gemv,
-    (early, gemv_early): (bool, bool),
+    early: bool,
     chain: NormChain,
 ) -> Result<(), CudaError> {
     let m = c.x.count;
@@ -780,12 +752,14 @@ fn gemv(
     }
     let (bf16_kernel, mut blocks) = gemv_choice(l.n, l.k, m);
     // `codes` comes from `LinearPaths::fp8_kernel`: at most FP8_GEMV_MAX_ROWS rows
-    let weights = l.weights_for(codes);
+    // the weights it streams: bf16, or one byte per E4M3 code
+    let mut weights = (l.w.ptr, l.bf16_bytes());
     let mut smem = 0;
     let name = match l.fp8.as_ref().filter(|_| codes != Fp8Gemv::Bf16) {
         Some(f) => {
             args[0] = Arg::P(f.codes.ptr);
             args.push(Arg::P(f.scales.ptr));
+            weights = (f.codes.ptr, l.n * l.k);
             if codes == Fp8Gemv::Mma {
                 // 16 outputs a block, the rows split into f16 hi / lo in shared memory
                 blocks = l.n.div_ceil(16);
@@ -801,7 +775,6 @@ fn gemv(
         }
     };
     chain.apply(l.k, &mut args);
-    args.push(Arg::I(i32::from(early && gemv_early)));
     gpu.launch_reading(
         weights,
         name,

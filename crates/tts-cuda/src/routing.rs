@@ -215,12 +215,6 @@ pub struct LinearPaths {
     pub row_attention_rows: usize,
     /// The split attention runs on `attention_row.cu` (`CudaOptions::row_attention_split`).
     pub row_attention_split: bool,
-    /// Bytes of each layer's gate/up weights `attention_row.cu` asks L2 for while it
-    /// attends, in steps and prefills (`CudaOptions::attention_prefetch_mib`; 0: none).
-    pub attention_prefetch: usize,
-    /// `gemv.cu` and `gemv8_mma.cu` let the next launch start before their PDL wait when
-    /// it is a linear layer's (`CudaOptions::gemv_early_trigger`).
-    pub gemv_early: bool,
     /// By (n, k, rows bucket), from [`autotune`].
     pub tuned: HashMap<(usize, usize, usize), LinearPath>,
     /// Whether an FP8 layer's GEMV streams its codes: always / never (parity tests,

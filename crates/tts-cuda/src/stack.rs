@@ -13,9 +13,6 @@ use crate::workspace::Workspace;
 /// attention.cu).
 const SHORT_CACHE_POSITIONS: usize = 16;
 
-/// Bytes of one L2 request of `attention_row.cu`'s prefetch (`AR_PF_PIECE`).
-const ATTENTION_PREFETCH_PIECE: usize = 32768;
-
 /// Where a stack's tokens live and which cache rows they use.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens {
@@ -120,16 +117,6 @@ pub fn run_layers(
             .split_target(gpu, a, layer.o.n, qd)
             .filter(|_| whole_rows);
         let split_out = [Arg::P(xb.unwrap_or(0)), Arg::I(qd as i32)];
-        // `attention_row.cu`'s last arguments (`by_row`: the launch is its; else none): the
-        // L2 prefetch of this layer's gate/up weights, as a call of `rows` rows streams them
-        let prefetch = |by_row: bool, rows: usize| -> Vec<Arg> {
-            if !by_row {
-                return Vec::new();
-            }
-            let (w, len) = layer.gate_up.streamed_weights(rows, &ws.scratch.paths);
-            let pieces = ws.scratch.paths.attention_prefetch.min(len) / ATTENTION_PREFETCH_PIECE;
-            vec![Arg::P(w), Arg::I(pieces as i32)]
-        };
         match mode {
             Attention::Split => {
                 gpu.launch(
@@ -157,26 +144,23 @@ pub fn run_layers(
                     (d.heads as u32, tok.n as u32, 1),
                     128,
                     &[
-                        &[
-                            Arg::P(ws.qkv.ptr),
-                            Arg::I(ldq as i32),
-                            Arg::I(tok.n as i32),
-                            Arg::P(tok.slots),
-                            Arg::P(tok.positions),
-                            Arg::P(kc),
-                            Arg::P(vc),
-                            Arg::I(kv.max_pos as i32),
-                            Arg::I(d.heads as i32),
-                            Arg::I(d.kv_heads as i32),
-                            Arg::I(d.head_dim as i32),
-                            Arg::I(0),
-                            Arg::P(ws.attn.ptr),
-                            Arg::I(qd as i32),
-                        ][..],
-                        &split_out[..],
-                        &prefetch(by_row, tok.n)[..],
-                    ]
-                    .concat(),
+                        Arg::P(ws.qkv.ptr),
+                        Arg::I(ldq as i32),
+                        Arg::I(tok.n as i32),
+                        Arg::P(tok.slots),
+                        Arg::P(tok.positions),
+                        Arg::P(kc),
+                        Arg::P(vc),
+                        Arg::I(kv.max_pos as i32),
+                        Arg::I(d.heads as i32),
+                        Arg::I(d.kv_heads as i32),
+                        Arg::I(d.head_dim as i32),
+                        Arg::I(0),
+                        Arg::P(ws.attn.ptr),
+                        Arg::I(qd as i32),
+                        split_out[0],
+                        split_out[1],
+                    ],
                 )?;
             }
             Attention::Fused { tokens_per_row } => {
@@ -214,7 +198,6 @@ pub fn run_layers(
                         &norm_rope_kv[..],
                         &[Arg::P(ws.attn.ptr), Arg::I(qd as i32)],
                         &split_out[..],
-                        &prefetch(by_row, rows)[..],
                     ]
                     .concat(),
                 )?;

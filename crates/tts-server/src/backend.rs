@@ -135,10 +135,6 @@ pub fn create_cuda(
         )?,
         // the split (prefill) attention on attention_row.cu (0: decode_attention)
         row_attention_split: on_unless_zero("QWEN3_TTS_ROW_ATTENTION_SPLIT"),
-        // MiB of each layer's gate/up weights attention_row.cu asks L2 for (0: none)
-        attention_prefetch_mib: attention_prefetch_knob()?,
-        // the GEMVs let a next linear launch start before their wait (1; default after it)
-        gemv_early_trigger: std::env::var("QWEN3_TTS_GEMV_EARLY").is_ok_and(|v| v == "1"),
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
         // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
         codec_implicit: parsed_knob(
@@ -253,14 +249,6 @@ fn count_knob(name: &str, default: usize, what: &str) -> anyhow::Result<usize> {
             .with_context(|| format!("{name}={v}: expected a number of {what} (0: off)")),
         Err(_) => Ok(default),
     }
-}
-
-/// `QWEN3_TTS_ATTENTION_PREFETCH`, in MiB: at most 1024, more than any layer's gate/up.
-fn attention_prefetch_knob() -> anyhow::Result<usize> {
-    const NAME: &str = "QWEN3_TTS_ATTENTION_PREFETCH";
-    let mib = count_knob(NAME, 0, "MiB")?;
-    anyhow::ensure!(mib <= 1024, "{NAME}={mib}: expected at most 1024 MiB");
-    Ok(mib)
 }
 
 /// A persistent kernel's prefetch from `$name`: `MATRICES[,CAP_BYTES[,start|end[,l2|l1|noown]]]`.

@@ -112,17 +112,6 @@ pub struct CudaOptions {
     /// `attention_row.cu`'s cached-rows form (`row_attention_split`) instead of
     /// `decode_attention`: lane groups per position, one block barrier for the softmax.
     pub row_attention_split: bool,
-    /// MiB of each layer's gate/up weights (its FP8 codes where its one- and two-row
-    /// GEMVs stream them) that `attention_row.cu`'s blocks (talker steps and the split
-    /// attention of prefills) ask L2 for right after their PDL wait, while memory would sit
-    /// idle (0, the default: none). An experiment, not yet measured on a GPU; the outputs
-    /// are the same bits either way.
-    pub attention_prefetch_mib: usize,
-    /// `gemv.cu` and `gemv8_mma.cu` trigger the next launch before their PDL wait when it
-    /// is a linear layer's (which reads nothing but weights before its own wait), as the
-    /// staged GEMV does: its weights then stream while this one waits (false, the default:
-    /// after the wait). An experiment, not yet measured on a GPU; the same bits either way.
-    pub gemv_early_trigger: bool,
     /// Prompt heads (voice, language, instructions) whose talker KV rows are kept, so a
     /// prefill covers only the text after them (`prefix::PrefixCache`; 0: off).
     pub prefix_cache: usize,
@@ -303,8 +292,6 @@ impl Default for CudaOptions {
             group_attention: None,
             row_attention_rows: 32,
             row_attention_split: true,
-            attention_prefetch_mib: 0,
-            gemv_early_trigger: false,
             prefix_cache: 64,
             persistent_cp_rows: 0,
             persistent_talker_rows: 0,

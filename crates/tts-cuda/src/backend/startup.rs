@@ -62,8 +62,6 @@ fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     paths.group_attention = opts.group_attention;
     paths.row_attention_rows = opts.row_attention_rows;
     paths.row_attention_split = opts.row_attention_split;
-    paths.attention_prefetch = opts.attention_prefetch_mib << 20;
-    paths.gemv_early = opts.gemv_early_trigger;
 }
 
 /// The persistent code-predictor loop and talker layers, each only when asked for (built,

@@ -19,8 +19,7 @@
 // their k, v and pad columns (padding tokens: the whole row; fused_attention: everything);
 // padding tokens' outputs and the columns past the heads keep their poison; with xb, the
 // split bf16 rows are exactly the split of the outputs (row_attention_split writes none
-// for padding tokens); a second run on the same inputs gives the same bits. row_attention_split
-// launches with QWEN3_TTS_ATTENTION_PREFETCH's arguments (requests that do nothing here).
+// for padding tokens); a second run on the same inputs gives the same bits.
 
 #include "attention_ref.hpp"
 
@@ -75,7 +74,6 @@ static void run_case(const PrefillCase& c, uint64_t seed) {
     const auto kc = filled_cache<KV>(rng, cache_len), vc = filled_cache<KV>(rng, cache_len);
     const float poison = -12345.0f;
     const uint16_t xb_poison = 0xBEEF;
-    const std::vector<unsigned char> prefetched(3 * 32768);
     auto run = [&]() {
         PrefillResult<KV> res{qkv, std::vector<float>((size_t)T * c.ldo, poison), kc, vc,
                               std::vector<uint16_t>(c.xb ? (size_t)2 * T * c.ldo : 0, xb_poison)};
@@ -98,15 +96,10 @@ static void run_case(const PrefillCase& c, uint64_t seed) {
                 }
             });
         emu::launch(dim3(c.grid_x, c.grid_y), dim3(c.block), 0, 1, [&] {
-            // stack.rs's argument orders (Split: window 0; row_attention_split also with the
-            // L2 prefetch of three pieces of a weight buffer, a no-op here; Fused)
+            // stack.rs's argument orders (Split: window 0; Fused)
             const auto split = [&](auto kernel) {
                 kernel(q, c.ldq, T, c.slots.data(), c.positions.data(), k, v, c.max_pos, c.heads,
                        c.kvh, c.hd, 0, res.out.data(), c.ldo, xb, c.ldo);
-            };
-            const auto split_row = [&](auto kernel) {
-                kernel(q, c.ldq, T, c.slots.data(), c.positions.data(), k, v, c.max_pos, c.heads,
-                       c.kvh, c.hd, 0, res.out.data(), c.ldo, xb, c.ldo, prefetched.data(), 3);
             };
             const auto fused = [&](auto kernel) {
                 kernel(q, c.ldq, c.grid_y, c.tpr, c.slots.data(), c.positions.data(), qn.data(),
@@ -116,12 +109,12 @@ static void run_case(const PrefillCase& c, uint64_t seed) {
             const std::string& n = c.attn_kernel;
             if constexpr (sizeof(KV) == 4) {
                 if (n == "decode_attention_f32") split(decode_attention_f32);
-                else if (n == "row_attention_split_f32") split_row(row_attention_split_f32);
+                else if (n == "row_attention_split_f32") split(row_attention_split_f32);
                 else if (n == "fused_attention_f32") fused(fused_attention_f32);
                 else emu::fail("not an attention kernel over f32 caches");
             } else {
                 if (n == "decode_attention") split(decode_attention);
-                else if (n == "row_attention_split") split_row(row_attention_split);
+                else if (n == "row_attention_split") split(row_attention_split);
                 else if (n == "fused_attention") fused(fused_attention);
                 else emu::fail("not an attention kernel over bf16 caches");
             }

@@ -16,9 +16,7 @@
 // the cache (a guard row where a padding row's slot -1 would write); a padding row's outputs
 // and split rows and the columns past the heads keep their poison; with xb, the split bf16
 // rows (hi, then lo T rows further, ld = ldo) are exactly the split of the outputs; a second
-// launch on the same inputs gives the same bits. Every launch asks L2 for three pieces of a
-// weight buffer, as QWEN3_TTS_ATTENTION_PREFETCH makes stack.rs ask (requests that do nothing
-// here, but run the kernels' loop over them).
+// launch on the same inputs gives the same bits.
 
 #include "attention_ref.hpp"
 
@@ -68,7 +66,6 @@ static void run_case(const RowCase& c, uint64_t seed) {
     const auto kc = filled_cache<KV>(rng, cache_len), vc = filled_cache<KV>(rng, cache_len);
     const float poison = -12345.0f;
     const uint16_t xb_poison = 0xBEEF;
-    const std::vector<unsigned char> prefetched(3 * 32768);
     auto launch = [&]() {
         RowResult<KV> res{std::vector<float>((size_t)T * c.ldo, poison), kc, vc,
                           std::vector<uint16_t>(c.xb ? (size_t)2 * T * c.ldo : 0, xb_poison)};
@@ -77,17 +74,14 @@ static void run_case(const RowCase& c, uint64_t seed) {
         KV* v = res.v.data() + row_elems;
         emu::launch(dim3(c.grid_x, c.grid_y), dim3(c.block), 0, 1, [&] {
             // stack.rs's argument orders (Attention::Fused with tokens_per_row 1, and Split)
-            // both with the L2 prefetch of three pieces of a weight buffer (a no-op here: its
-            // requests read nothing into the kernel)
             const auto fused = [&](auto kernel) {
                 kernel(qkv.data(), c.ldq, T, 1, c.slots.data(), c.positions.data(), qn.data(),
                        kn.data(), c.eps, inv_freq.data(), c.heads, c.kvh, c.hd, k, v, c.max_pos,
-                       res.out.data(), c.ldo, xb, c.ldo, prefetched.data(), 3);
+                       res.out.data(), c.ldo, xb, c.ldo);
             };
             const auto by_cache = [&](auto kernel) {
                 kernel(qkv.data(), c.ldq, T, c.slots.data(), c.positions.data(), k, v, c.max_pos,
-                       c.heads, c.kvh, c.hd, c.window, res.out.data(), c.ldo, xb, c.ldo,
-                       prefetched.data(), 3);
+                       c.heads, c.kvh, c.hd, c.window, res.out.data(), c.ldo, xb, c.ldo);
             };
             if constexpr (sizeof(KV) == 4) {
                 if (c.kernel == "row_attention_f32") fused(row_attention_f32);

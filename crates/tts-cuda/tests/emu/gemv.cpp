@@ -8,8 +8,7 @@
 // kernel also writes xo[n] = xo_g[n] · y[n] and ss_out[n / 2] = y[n]² + y[n + 1]².
 // argv per case: kernel M N K blocks ksplit act norm (0 none, 1 fused, 2 chain reader) bias
 // res writer rows_valid. Also: rows past rows_valid keep their poison; a second launch gives
-// the same bits. Launched with the early PDL trigger (QWEN3_TTS_GEMV_EARLY; PDL is a no-op
-// here).
+// the same bits.
 
 #include "gemv_ref.hpp"
 
@@ -25,7 +24,7 @@ static void launch_gemv(const GemvCase& c, const bf16* W, const float* X, int ld
     emu::launch(dim3(c.blocks), dim3(256), 0, 1, [&] {
 #define GEMV_ARGS                                                                           \
     W, c.N, c.K, X, ldx, norm_w, eps, bias, c.act, res, ldr, Y, ldy, c.rows_valid, c.ksplit, \
-        nullptr, ss_in, ss_n, xo, xo_g, ss_out, 1
+        nullptr, ss_in, ss_n, xo, xo_g, ss_out
         if (c.kernel == "gemv_m1")
             gemv_m1(GEMV_ARGS);
         else if (c.kernel == "gemv_m1_pre")

@@ -9,8 +9,7 @@
 // partials: the fused norm's result on y); and the E4M3 decoder gemv.cu runs
 // (e4m3x4_to_f32: its fallback, gemv.cu being compiled without __CUDA_ARCH__) on every code
 // in every byte position, against an independent decode here, itself checked against
-// tts_model's e4m3_decode table. Launched with the early PDL trigger (QWEN3_TTS_GEMV_EARLY;
-// PDL is a no-op here).
+// tts_model's e4m3_decode table.
 // argv: e4m3_table, then per case: kernel (0 gemv8, 1 gemv8_mma) M N K blocks ksplit act norm
 // bias res (0 none, 1 own buffer, 2 in place) writer reader xmag (x values in ±2^xmag)
 // codes_file scales_file.
@@ -115,7 +114,7 @@ Out launch(const Case& c, const Inputs& in, int kernel_m, int row0, int rows) {
     W, c.N, c.K, X, in.ldx, c.norm ? in.g.data() : nullptr, 1e-6f, c.bias ? in.bias.data() : nullptr,   \
         c.act, res, ldr, o.y.data(), in.ldy, rows, c.ksplit, in.scales.data(), ss_in,                   \
         c.reader ? c.K / 2 : 0, c.writer ? o.xo.data() : nullptr, c.writer ? in.xo_g.data() : nullptr,  \
-        c.writer ? o.ss.data() : nullptr, 1
+        c.writer ? o.ss.data() : nullptr
         if (c.kernel == 0 && kernel_m == 1)
             gemv8_m1(GEMV8_ARGS);
         else if (c.kernel == 0)

@@ -278,46 +278,6 @@ fn staged_gemv_stages_match_the_gemv_stages() {
     }
 }
 
-/// Two launch hints that must not change a bit: prefills and talker steps whose attention
-/// asks L2 for the layer's gate/up weights (`CudaOptions::attention_prefetch_mib`, here
-/// more than any such matrix: the whole of it), and GEMVs that let the next linear launch
-/// start before their PDL wait (`CudaOptions::gemv_early_trigger`). Each against neither:
-/// two rows, the same sampled codes and last-head logits, bit for bit, for 4 frames of
-/// both models.
-#[test]
-fn launch_hints_leave_the_stages_bit_for_bit() {
-    let test = "launch_hints_leave_the_stages_bit_for_bit";
-    for name in models_to_check() {
-        let model = Model::load(name, LoadOptions::default()).unwrap();
-        let prompts = many_prompts(&model, 2, 2, |i| format!("Hint check {i}, a few words."));
-        let seeds = [93, 94];
-        let Some(base) = lock_step_on(&model, test, options(false), &prompts, &seeds, 4) else {
-            return;
-        };
-        let hints = [
-            (
-                "attention prefetch",
-                CudaOptions {
-                    attention_prefetch_mib: 1024,
-                    ..options(false)
-                },
-            ),
-            (
-                "early GEMV trigger",
-                CudaOptions {
-                    gemv_early_trigger: true,
-                    ..options(false)
-                },
-            ),
-        ];
-        for (what, opts) in hints {
-            let run = lock_step_on(&model, test, opts, &prompts, &seeds, 4).unwrap();
-            assert_same_run(&format!("{name}, {what}"), &run, &base, f32::MIN_POSITIVE);
-            eprintln!("{test}: {name}, {what}: 4 frames identical, logits bit for bit");
-        }
-    }
-}
-
 /// Code-predictor calls of 2-8 rows with the staged MMA (`CudaOptions::staged_mma_rows`,
 /// the default) compute what the other paths compute (the GEMV at 2 rows, GEMV and
 /// cluster layers at 5 and 8): with f32 KV caches the same sampled codes for 4 frames and

@@ -44,9 +44,7 @@ fn emu_dir() -> PathBuf {
 fn as_cpp(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     for line in src.lines() {
-        let harmless = line.contains("griddepcontrol.")
-            || line.contains("prefetch.global")
-            || line.contains("prefetch.L2.global");
+        let harmless = line.contains("griddepcontrol.") || line.contains("prefetch.global");
         let asm = if harmless { "EMU_ASM_NOP(" } else { "EMU_ASM(" };
         let line = line.replace("asm volatile(", asm).replace("asm(", asm);
         match line.find("extern __shared__") {
