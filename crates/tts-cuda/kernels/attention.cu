@@ -23,26 +23,58 @@ __device__ __forceinline__ void kv_store(float* p, float v) { *p = v; }
 __device__ __forceinline__ float kv_round(float v, const bf16*) { return bf2f(f2bf(v)); }
 __device__ __forceinline__ float kv_round(float v, const float*) { return v; }
 
-// One warp: RMS-normalises the head vector x (weights w) and rotates it for position pos,
-// handing each result to emit(index, value). Lanes read x[e], x[e + hd/2] before emitting
-// those two indices, so x may be overwritten in place. `cs`, when given, holds the angles'
-// cosines at [e] and sines at [64 + e] (rope_angles), else they are computed here.
+// A lane's RMSNorm gains for norm_rope (hd <= 128): w[i] and w[i + hd/2] for i = lane,
+// lane + 32. They are weights: kernels read them before their PDL wait, where the
+// streaming weights of a stage have long pushed them out of L2.
+struct RopeGains {
+    float lo[2], hi[2];
+};
+__device__ __forceinline__ RopeGains rope_gains(const float* __restrict__ w, int hd, int lane) {
+    RopeGains g;
+    const int half = hd / 2;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int i = lane + 32 * j;
+        const bool in = i < half;
+        g.lo[j] = in ? w[i] : 0.f;
+        g.hi[j] = in ? w[i + half] : 0.f;
+    }
+    return g;
+}
+
+// One warp: RMS-normalises the head vector x (hd <= 128, gains gw) and rotates it for
+// position pos, handing each result to emit(index, value). Each lane reads its values of x
+// (x[lane + 32 j]) all at once, before it emits anything, so x may be overwritten in place;
+// the sums and products are those of one pass over i = lane, lane + 32, ... `cs`, when
+// given, holds the angles' cosines at [e] and sines at [64 + e] (rope_angles), else they
+// are computed here.
 template <bool CG, typename Emit>
-__device__ __forceinline__ void norm_rope(const float* x, const float* __restrict__ w, float eps,
+__device__ __forceinline__ void norm_rope(const float* x, const RopeGains& gw, float eps,
                                           const float* __restrict__ inv_freq, int pos, int hd,
                                           int lane, Emit emit, const float* cs = nullptr) {
-    int half = hd / 2;
-    float s = 0.f;
-    for (int i = lane; i < hd; i += 32) {
-        float v = ld_cg_if<CG>(x + i);
-        s += v * v;
+    const int half = hd / 2;
+    float xv[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int i = lane + 32 * j;
+        xv[j] = i < hd ? ld_cg_if<CG>(x + i) : 0.f;
     }
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (lane + 32 * j < hd) s += xv[j] * xv[j];
     s = warp_sum(s);
-    float inv = 1.0f / sqrtf(s / (float)hd + eps);
+    const float inv = 1.0f / sqrtf(s / (float)hd + eps);
     __syncwarp();
-    for (int i = lane; i < half; i += 32) {
-        float a = w[i] * (ld_cg_if<CG>(x + i) * inv);
-        float b = w[i + half] * (ld_cg_if<CG>(x + i + half) * inv);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int i = lane + 32 * j;
+        if (i >= half) break;
+        // x[i + half]: this lane's own value when half is 32 or 64, else read again (only
+        // this lane writes it)
+        const float xb = half == 64 ? xv[j + 2] : half == 32 ? xv[j + 1] : ld_cg_if<CG>(x + i + half);
+        const float a = gw.lo[j] * (xv[j] * inv);
+        const float b = gw.hi[j] * (xb * inv);
         float c, sn;
         if (cs) {
             c = cs[i];
@@ -55,6 +87,14 @@ __device__ __forceinline__ void norm_rope(const float* x, const float* __restric
         emit(i, a * c - b * sn);
         emit(i + half, b * c + a * sn);
     }
+}
+
+// norm_rope with the gains read here (hd <= 128).
+template <bool CG, typename Emit>
+__device__ __forceinline__ void norm_rope(const float* x, const float* __restrict__ w, float eps,
+                                          const float* __restrict__ inv_freq, int pos, int hd,
+                                          int lane, Emit emit, const float* cs = nullptr) {
+    norm_rope<CG>(x, rope_gains(w, hd, lane), eps, inv_freq, pos, hd, lane, emit, cs);
 }
 
 // The RoPE cosines and sines of position pos (cs[e], cs[64 + e], e < hd/2), by the block's
@@ -376,6 +416,7 @@ __device__ __forceinline__ void fused_attention_body(
             *(float4*)&s_v[p][d] = kv_load4<CG>(v_cache + base + (size_t)p * kvd + d);
         }
     }
+    const RopeGains gq = rope_gains(q_norm, hd, lane), gk = rope_gains(k_norm, hd, lane);
     if (!CG) {
         pdl_wait();
         pdl_trigger();
@@ -388,11 +429,11 @@ __device__ __forceinline__ void fused_attention_body(
             int i = task >> 1, t = r * tpr + i, pos = positions[t];
             const float* row = qkv + (size_t)t * ldq;
             if ((task & 1) == 0) {
-                norm_rope<CG>(row + hq * hd, q_norm, eps, inv_freq, pos, hd, lane,
+                norm_rope<CG>(row + hq * hd, gq, eps, inv_freq, pos, hd, lane,
                               [&](int e, float v) { s_q[i][e] = v; }, s_cs[i]);
             } else if (j == 0) {
                 KV* dst = k_cache + base + (size_t)pos * kvd;
-                norm_rope<CG>(row + heads * hd + g * hd, k_norm, eps, inv_freq, pos, hd, lane,
+                norm_rope<CG>(row + heads * hd + g * hd, gk, eps, inv_freq, pos, hd, lane,
                               [&](int e, float v) {
                                   s_k[first_new + i][e] = kv_round(v, dst);
                                   if (writer) kv_store(dst + e, v);

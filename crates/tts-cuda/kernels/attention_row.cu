@@ -141,6 +141,7 @@ __device__ __forceinline__ void row_attention_body(
     } else {
         load_chunk(0);
         rope_angles(s_cs, inv_freq, pos, hd, tid, blockDim.x);
+        const RopeGains gw = rope_gains(warp == 0 ? q_norm : k_norm, hd, lane);
         pdl_wait();
         pdl_trigger();
         __syncthreads();  // the angles, written by warps 0 and 1, are read by both
@@ -151,10 +152,10 @@ __device__ __forceinline__ void row_attention_body(
         KV* kdst = k_cache + row_base + (size_t)pos * kvd;
         KV* vdst = v_cache + row_base + (size_t)pos * kvd;
         if (warp == 0) {
-            norm_rope<false>(row + h * hd, q_norm, eps, inv_freq, pos, hd, lane,
+            norm_rope<false>(row + h * hd, gw, eps, inv_freq, pos, hd, lane,
                              [&](int e, float v) { s_q[e] = v; }, s_cs);
         } else if (warp == 1) {
-            norm_rope<false>(row + (heads + g) * hd, k_norm, eps, inv_freq, pos, hd, lane,
+            norm_rope<false>(row + (heads + g) * hd, gw, eps, inv_freq, pos, hd, lane,
                              [&](int e, float v) {
                                  s_k[e] = kv_round(v, kdst);
                                  if (writer) kv_store(kdst + e, v);

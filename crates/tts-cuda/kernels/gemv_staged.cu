@@ -24,11 +24,15 @@
 // part's Σ x² go to shared memory; then one thread per output row adds the parts in order,
 // as gemv.cu's group leader does. That thread reads its bias value before the wait and its
 // residual value right after it, beside the X loads, so the epilogue waits on no memory.
+// Each warp reads the norm's gains over its part of X before the wait too: they are
+// weights, and a stage's streaming weights push them out of L2 between two reads (code
+// predictor at one row on an H100 1.69 -> 1.60 ms, bench/results/2026-12-06-h100-link-costs).
 //
-// `early`: the successor is another linear kernel, which reads nothing but weights before
-// its own wait, so this block lets it launch right away (its weights then stream in while
-// this kernel waits and computes). Otherwise the trigger follows the wait, as in every
-// other kernel (attention.cu relies on that for what it reads before its wait).
+// `early` (`linear::StagedTrigger`): the successor is another linear kernel, which reads
+// nothing but weights before its own wait, so this block lets it launch right away (its
+// weights then stream in while this kernel waits and computes). Otherwise the trigger
+// follows the wait, as in every other kernel (attention.cu relies on that for what it reads
+// before its wait).
 
 #define STAGED_WARPS 8
 #define STAGED_MAX_TASKS 64
@@ -60,15 +64,31 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     const bool stores = tid < rows && rows_valid >= 1 && (act != 2 || tid % 2 == 0);
     const float b0 = (stores && bias) ? bias[n] : 0.f;
     const float b1 = (stores && bias && act == 2) ? bias[n + 1] : 0.f;
+    // this warp's part of X (as gemv.cu's warp of part p: K slice, lane octets), and the
+    // norm's gains over it, which are weights: read before the wait too
+    const int part = warp % ksplit;
+    const int steps = (K + 255) / 256, per = (steps + ksplit - 1) / ksplit;
+    const int k_begin = part * per * 256, k_end = min(K, (part + 1) * per * 256);
+    float gin[STAGED_MAX_STEPS][8];
+#pragma unroll
+    for (int j = 0; j < STAGED_MAX_STEPS; j++) {
+        const int idx = k_begin + lane * 8 + j * 256;
+        if (norm_w && j < per && idx < k_end) {
+            const float4* gp = (const float4*)(norm_w + idx);
+            const float4 ga = gp[0], gb = gp[1];
+            gin[j][0] = ga.x, gin[j][1] = ga.y, gin[j][2] = ga.z, gin[j][3] = ga.w;
+            gin[j][4] = gb.x, gin[j][5] = gb.y, gin[j][6] = gb.z, gin[j][7] = gb.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) gin[j][i] = 1.f;
+        }
+    }
     if (early) pdl_trigger();
     pdl_wait();
     if (!early) pdl_trigger();
     const float rv = (stores && res) ? res[act == 2 ? n / 2 : n] : 0.f;
 
-    // 2. this warp's part of X (as gemv.cu's warp of part p: K slice, lane octets)
-    const int part = warp % ksplit;
-    const int steps = (K + 255) / 256, per = (steps + ksplit - 1) / ksplit;
-    const int k_begin = part * per * 256, k_end = min(K, (part + 1) * per * 256);
+    // 2. this warp's part of X
     float xin[STAGED_MAX_STEPS][8];
     float sq = 0.f;
 #pragma unroll
@@ -79,13 +99,10 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
             float4 a = xp[0], b = xp[1];
             float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
             if (norm_w) {
-                const float4* gp = (const float4*)(norm_w + idx);
-                float4 ga = gp[0], gb = gp[1];
-                float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     sq = fmaf(xv[i], xv[i], sq);
-                    xv[i] *= gv[i];
+                    xv[i] *= gin[j][i];
                 }
             }
 #pragma unroll

@@ -214,6 +214,9 @@ pub struct Gpu {
     pub without: Vec<String>,
     /// `gemv_staged.cu` runs here, with its shared memory (sm_90 and newer).
     pub staged: bool,
+    /// When a staged one-row GEMV lets the next linear layer launch
+    /// (`CudaOptions::staged_trigger`).
+    pub staged_trigger: crate::linear::StagedTrigger,
     /// The [`SmallCall`] mode launches are enqueued in now (`with_small_call`), as u8.
     small_call: AtomicU8,
     /// Share of a `launch_reading` window's lines marked persisting in L2 (0: never;
@@ -386,6 +389,7 @@ impl Gpu {
             wides,
             without: Vec::new(),
             staged,
+            staged_trigger: crate::linear::StagedTrigger::default(),
             small_call: AtomicU8::new(SmallCall::Default as u8),
             l2_persist_ratio: 0.0,
             l2_window_max: 0,

@@ -29,8 +29,8 @@ pub use crate::routing::{
 use norm_chain::{NormChain, NormRows};
 use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
 pub use staged::{
-    staged_mma_kernel, staged_mma_plan, staged_mma_smem, staged_plan, StagedPlan, STAGED_MAX_SMEM,
-    STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
+    staged_mma_kernel, staged_mma_plan, staged_mma_smem, staged_plan, StagedPlan, StagedTrigger,
+    STAGED_MAX_SMEM, STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
 };
 pub use tile::{
     tile_kernel, tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS,
@@ -738,7 +738,8 @@ fn gemv(
     args.push(Arg::I(ksplit as i32));
     if bucket == 0 {
         if let Some(p) = staged_gemv_plan(gpu, l.n, l.k, codes != Fp8Gemv::Bf16) {
-            args.extend([Arg::I(p.rows_per_block as i32), Arg::I(i32::from(early))]);
+            let trigger = if early { gpu.staged_trigger.code() } else { 0 };
+            args.extend([Arg::I(p.rows_per_block as i32), Arg::I(trigger)]);
             return gpu.launch_reading(
                 (l.w.ptr, l.bf16_bytes()),
                 "gemv_staged_m1",

@@ -188,6 +188,11 @@ pub fn create_cuda(
             "QWEN3_TTS_STAGED_GEMV",
             tts_cuda::CudaOptions::default().staged_gemv,
         )?,
+        // when a staged one-row GEMV lets the next linear layer launch: early, weights, wait
+        staged_trigger: parsed_knob(
+            "QWEN3_TTS_STAGED_TRIGGER",
+            tts_cuda::CudaOptions::default().staged_trigger,
+        )?,
         // code-predictor calls of at most N rows run their multi-row linear layers from
         // weights staged in shared memory too (0: never)
         staged_mma_rows: rows_knob(

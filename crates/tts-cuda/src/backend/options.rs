@@ -164,6 +164,11 @@ pub struct CudaOptions {
     /// the PDL wait, so consecutive GEMVs of a batch-1 chain load their weights while the
     /// one before computes.
     pub staged_gemv: StagedGemv,
+    /// When a staged one-row GEMV followed by another linear layer lets that layer launch
+    /// (`linear::StagedTrigger`): right after issuing its weight copies (the default: the
+    /// code predictor at one row 1.779 against 1.827 ms on the H200 at `33a4e53`, the same
+    /// on an H100 at `704ae93` plus the gains read before the wait) or after its wait.
+    pub staged_trigger: crate::linear::StagedTrigger,
     /// Code-predictor calls of at most this many rows (buckets) run their linear layers of
     /// two rows and more on `mma_staged.cu` (`SmallCall::StagedMma`), when the code
     /// predictor takes the staged GEMV (`staged_gemv`): weight tiles copied before the PDL
@@ -304,6 +309,7 @@ impl Default for CudaOptions {
             without_kernels: Vec::new(),
             max_l1_rows: MaxL1Rows::default(),
             staged_gemv: StagedGemv::default(),
+            staged_trigger: crate::linear::StagedTrigger::default(),
             staged_mma_rows: 8,
             cp_qkv_table: true,
             l2_persist_cp: false,

@@ -39,6 +39,7 @@ fn tuning_layers<'a>(t: &'a DevTalker, cp: &'a DevCodePredictor) -> Vec<&'a Line
 fn open_gpu(opts: &CudaOptions) -> Result<Gpu, CudaError> {
     let mut gpu = Gpu::open(opts.device)?;
     gpu.pdl &= opts.pdl;
+    gpu.staged_trigger = opts.staged_trigger;
     if !opts.without_kernels.is_empty() {
         tracing::warn!(kernels = ?opts.without_kernels, "timing ablation: these kernels are never launched, every result is wrong");
         gpu.without.clone_from(&opts.without_kernels);

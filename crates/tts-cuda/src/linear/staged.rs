@@ -10,6 +10,41 @@ use crate::error::CudaError;
 /// launches) fit one H200 multiprocessor's 227 KiB.
 pub const STAGED_MAX_SMEM: usize = 96 << 10;
 
+/// When a staged one-row GEMV followed by another linear layer lets that layer's launch
+/// start (`gemv_staged.cu`'s `early`; `CudaOptions::staged_trigger`). A GEMV followed by
+/// anything else always triggers after its PDL wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StagedTrigger {
+    /// Before its own wait, right after its weight copies are issued.
+    #[default]
+    Early,
+    /// After its wait, as every other kernel.
+    Wait,
+}
+
+impl StagedTrigger {
+    /// The kernel's `early` argument for a launch followed by another linear layer.
+    pub fn code(self) -> i32 {
+        match self {
+            Self::Wait => 0,
+            Self::Early => 1,
+        }
+    }
+}
+
+impl std::str::FromStr for StagedTrigger {
+    type Err = String;
+
+    /// `early` or `wait`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "early" => Ok(Self::Early),
+            "wait" => Ok(Self::Wait),
+            _ => Err(format!("expected early or wait, got `{s}`")),
+        }
+    }
+}
+
 /// How `gemv_staged_m1` covers an `n × k` layer: `blocks` blocks of `rows_per_block`
 /// weight rows, `smem` bytes of shared memory each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,8 @@
 //   y[n] = act(inv · Σ_k g[k] x[k] W[n][k] + bias[n]) + res[n],  inv = 1 / rms(x) with the norm,
 // act 2 pairing rows (2i, 2i+1) as (gate, up) into y[i]; on the plans `linear::staged_plan`
 // gives (argv per case: N K rpb blocks smem ksplit act norm bias res rows_valid).
-// Also: a second launch gives the same bits; a padding call (rows_valid 0) writes nothing.
+// Also: a second launch gives the same bits, with each trigger; a padding call (rows_valid 0)
+// writes nothing.
 
 #include "gemv_ref.hpp"
 
@@ -19,15 +20,15 @@ static void run_case(int N, int K, int rpb, int blocks, int smem, int ksplit, in
     const auto res = with_res ? check::f32_values(rng, outs, 1.0f) : std::vector<float>();
     const float eps = 1e-6f;
     const float poison = -12345.0f;
-    auto launch = [&](std::vector<float>& y) {
+    auto launch = [&](std::vector<float>& y, int trigger) {
         emu::launch(dim3(blocks), dim3(256), smem, 1, [&] {
             gemv_staged_m1((const bf16*)w.data(), N, K, x.data(), K, norm ? g.data() : nullptr, eps,
                            with_bias ? bias.data() : nullptr, act, with_res ? res.data() : nullptr,
-                           outs, y.data(), outs, rows_valid, ksplit, rpb, 1);
+                           outs, y.data(), outs, rows_valid, ksplit, rpb, trigger);
         });
     };
     std::vector<float> y(outs, poison), again(outs, poison);
-    launch(y);
+    launch(y, 1);
     const std::string name = "gemv_staged_m1 " + std::to_string(N) + "x" + std::to_string(K) +
                              " act " + std::to_string(act) + (norm ? " norm" : "") +
                              (with_bias ? " bias" : "") + (with_res ? " res" : "") + " (" +
@@ -43,9 +44,14 @@ static void run_case(int N, int K, int rpb, int blocks, int smem, int ksplit, in
                  gemv_row_ref(w, x.data(), norm ? g.data() : nullptr, with_bias ? bias.data() : nullptr,
                               with_res ? res.data() : nullptr, N, K, act, eps),
                  2e-5);
-    launch(again);
-    check::expect(std::memcmp(y.data(), again.data(), y.size() * 4) == 0,
-                  name + ": a second launch gives the same bits");
+    // both triggers (`linear::StagedTrigger`: after the wait, early)
+    for (int trigger = 0; trigger < 2; trigger++) {
+        std::fill(again.begin(), again.end(), poison);
+        launch(again, trigger);
+        check::expect(std::memcmp(y.data(), again.data(), y.size() * 4) == 0,
+                      name + ": a second launch (trigger " + std::to_string(trigger) +
+                          ") gives the same bits");
+    }
 }
 
 int main(int argc, char** argv) {

@@ -37,12 +37,14 @@ fn random_linear(
 /// PDL wait) gives the bits `gemv_m1` / `gemv_m1_pre` give, on the layer shapes it takes
 /// in the 1.7B geometry (code predictor, talker O projection and head) and on odd ones (a
 /// last block with fewer rows, an odd row count, K not a multiple of 256), with and
-/// without the norm, every epilogue, bias and residual, its trigger early or not. With
+/// without the norm, every epilogue, bias and residual, with each trigger. With
 /// the kernel left out the output stays as it was: the staged launch is what wrote it.
 #[test]
 fn staged_gemv_matches_the_gemv_bit_for_bit() {
     use tts_cuda::device::SmallCall;
-    use tts_cuda::linear::{linear_then, staged_plan, Act, GemmScratch, NextLinear, Rows};
+    use tts_cuda::linear::{
+        linear_then, staged_plan, Act, GemmScratch, NextLinear, Rows, StagedTrigger,
+    };
     let test = "staged_gemv_matches_the_gemv_bit_for_bit";
     let Some(mut gpu) = open_staged_gpu(test, "gemv_staged.cu") else {
         return;
@@ -114,15 +116,24 @@ fn staged_gemv_matches_the_gemv_bit_for_bit() {
                 base.iter().zip(&res).any(|(a, b)| a != b),
                 "{what}: the GEMV wrote nothing"
             );
-            for early in [false, true] {
+            for (early, trigger) in [
+                (false, StagedTrigger::Early),
+                (true, StagedTrigger::Early),
+                (true, StagedTrigger::Wait),
+            ] {
+                gpu.staged_trigger = trigger;
                 let staged = run(&gpu, SmallCall::Staged, early);
                 let differ = base
                     .iter()
                     .zip(&staged)
                     .filter(|(a, b)| a.to_bits() != b.to_bits())
                     .count();
-                assert_eq!(differ, 0, "{what} early {early}: outputs whose bits differ");
+                assert_eq!(
+                    differ, 0,
+                    "{what} next linear {early}, trigger {trigger:?}: outputs whose bits differ"
+                );
             }
+            gpu.staged_trigger = StagedTrigger::default();
             gpu.without = vec!["gemv_staged".into()];
             let left_out = run(&gpu, SmallCall::Staged, false);
             gpu.without.clear();
