@@ -11,6 +11,9 @@ use tts_model::{Model, Prompt, SpeechRequest, TextMode};
 use crate::backend::CudaBackend;
 use crate::error::CudaError;
 
+mod links;
+pub use links::{link_costs, link_table, LinkCost};
+
 /// One measured stage at one batch size.
 #[derive(Debug, Clone)]
 pub struct StageTiming {

@@ -94,6 +94,7 @@ pub const KERNELS: &[&str] = &[
     "sample_talker",
     "sample_cp",
     "chain_link",
+    "chain_row",
 ];
 
 /// The one-row kernels that stage weights in more shared memory than a launch gets

@@ -45,6 +45,10 @@ pub struct BenchStagesArgs {
     /// per PDL launch in a graph, and per phase of one launch with grid barriers.
     #[arg(long)]
     pub chain_costs: Option<usize>,
+    /// Also time chains of this many links that rebuild a one-row GEMV launch piece by
+    /// piece (`tts_cuda::bench::link_costs`): where a batch-1 link's time goes.
+    #[arg(long)]
+    pub link_costs: Option<usize>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -133,6 +137,15 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
             "barrier_phase_us": c.barrier_phase_us,
         });
     }
+    let mut link_json = Vec::new();
+    if let Some(links) = a.link_costs.filter(|&n| n > 0) {
+        let costs = tts_cuda::bench::link_costs(b.gpu(), links)?;
+        print!("{}", tts_cuda::bench::link_table(&costs));
+        link_json = costs
+            .iter()
+            .map(|c| serde_json::json!({"chain": c.name, "links": c.links, "us": c.us, "weight_bytes": c.weight_bytes}))
+            .collect();
+    }
     let device = tts_model::Backend::info(&b).device.clone();
     let rows = tts_cuda::bench::bench_stages(
         &mut b,
@@ -194,7 +207,7 @@ pub fn run(a: BenchStagesArgs) -> anyhow::Result<()> {
             "model": model.name, "device": device, "iters": a.iters,
             "codec_frames": a.codec_frames, "context_frames": a.context, "bandwidth_ceiling_tb_per_s": 4.3, "rows": json,
             "kernels": kernel_json, "routing": tuning_json, "cublaslt": lt_json, "trace": trace_json,
-            "overlap": overlap_json, "chain_costs": chain_json,
+            "overlap": overlap_json, "chain_costs": chain_json, "link_costs": link_json,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
