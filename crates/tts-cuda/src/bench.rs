@@ -518,6 +518,14 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
     Ok(out)
 }
 
+/// The median of five results of `timed_run` (a run's device time) after one discarded.
+fn median_of_five(mut timed_run: impl FnMut() -> Result<f64, CudaError>) -> Result<f64, CudaError> {
+    timed_run()?;
+    let mut ms = (0..5).map(|_| timed_run()).collect::<Result<Vec<_>, _>>()?;
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
+}
+
 /// What one dependent step of a chain costs with no weights to read (`kernels/probe.cu`):
 /// per launch of a graph of PDL launches, and per phase of one launch whose blocks meet
 /// at a grid barrier after each phase; `blocks` blocks of 256 threads either way.
@@ -560,17 +568,12 @@ pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts,
     })?;
     // one untimed run, then the median of five; each starts from zeros and is checked
     let mut timed = |run: &dyn Fn() -> Result<(), CudaError>| -> Result<f64, CudaError> {
-        let mut ms = Vec::new();
-        for i in 0..6 {
+        median_of_five(|| {
             gpu.write(&mut v, &vec![0.0f32; links + 1])?;
             let t = gpu.time_ms(run)?;
             check(gpu, &v)?;
-            if i > 0 {
-                ms.push(t);
-            }
-        }
-        ms.sort_by(f64::total_cmp);
-        Ok(ms[ms.len() / 2])
+            Ok(t)
+        })
     };
     let launch_ms = timed(&|| g.launch())?;
     let args = [Arg::P(ptr), Arg::I(links as i32), Arg::P(state.ptr)];

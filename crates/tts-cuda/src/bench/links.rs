@@ -3,12 +3,14 @@
 //! empty dependent launch (`chain_link`) costs ~0.9 µs. These chains rebuild a link piece
 //! by piece: a one-row GEMV's data pattern without weights (`chain_row`), then chains of
 //! `gemv_staged_m1` launches over layer shapes, from a tiny one to the code predictor's
-//! four matrices, with and without the norm and residual, each way of triggering the next
-//! launch (`linear::StagedTrigger`), and weights that stay in L2. Timing only: the staged chains run over zero weights.
+//! four matrices, with and without the norm and residual, followed by another linear
+//! layer (its launch may start early, `linear::StagedTrigger`) or not, and with weights that
+//! stay in L2. The staged chains launch through `linear::linear_then`, the path the stages
+//! take. Timing only: they run over zero weights.
 
 use crate::device::{Arg, DBuf, Gpu, Graph, SmallCall};
 use crate::error::CudaError;
-use crate::linear::{gemv_ksplit, staged_plan, StagedTrigger};
+use crate::linear::{linear_then, staged_plan, Act, GemmScratch, Linear, NextLinear, Rows};
 
 /// One chain's cost per link.
 #[derive(Debug, Clone)]
@@ -21,13 +23,13 @@ pub struct LinkCost {
     pub weight_bytes: usize,
 }
 
-/// One layer of a staged chain: `n × k` weights, SwiGLU pairs (`act` 2) or none, the
-/// input normed (unit gains) and a residual added.
+/// One layer of a staged chain: `n × k` weights, its activation, the input normed (unit
+/// gains) and a residual added.
 #[derive(Debug, Clone, Copy)]
 struct Layer {
     n: usize,
     k: usize,
-    act: i32,
+    act: Act,
     norm: bool,
     res: bool,
 }
@@ -36,7 +38,7 @@ const fn plain(n: usize, k: usize) -> Layer {
     Layer {
         n,
         k,
-        act: 0,
+        act: Act::None,
         norm: false,
         res: false,
     }
@@ -48,28 +50,28 @@ const CP_LAYER: [Layer; 4] = [
     Layer {
         n: 4096,
         k: 1024,
-        act: 0,
+        act: Act::None,
         norm: true,
         res: false,
     },
     Layer {
         n: 1024,
         k: 2048,
-        act: 0,
+        act: Act::None,
         norm: false,
         res: true,
     },
     Layer {
         n: 6144,
         k: 1024,
-        act: 2,
+        act: Act::SwigluPairs,
         norm: true,
         res: false,
     },
     Layer {
         n: 1024,
         k: 3072,
-        act: 0,
+        act: Act::None,
         norm: false,
         res: true,
     },
@@ -93,82 +95,72 @@ pub fn link_costs(gpu: &Gpu, links: usize) -> Result<Vec<LinkCost>, CudaError> {
     ];
     let with = |l: Layer, norm: bool, res: bool| Layer { norm, res, ..l };
     let cp_plain: Vec<Layer> = CP_LAYER.iter().map(|&l| with(l, false, false)).collect();
-    use StagedTrigger::{Early, Wait};
+    // the last field: each launch is followed by another linear layer's (`linear_then`'s
+    // `next`), so it triggers as `gpu.staged_trigger` says, else after its wait
+    let (early, wait) = (true, false);
     let one = |n, k| vec![plain(n, k)];
-    let cases: Vec<(&str, Vec<Layer>, bool, StagedTrigger)> = vec![
-        ("staged 256x256", one(256, 256), false, Wait),
-        ("staged 1024x1024", one(1024, 1024), false, Wait),
+    let cases: Vec<(&str, Vec<Layer>, bool, bool)> = vec![
+        ("staged 256x256", one(256, 256), false, wait),
+        ("staged 1024x1024", one(1024, 1024), false, wait),
         (
             "staged 1024x1024, weights in L2",
             one(1024, 1024),
             true,
-            Wait,
+            wait,
         ),
         (
             "staged 1024x1024, norm + residual",
             vec![with(plain(1024, 1024), true, true)],
             false,
-            Wait,
+            wait,
         ),
         (
             "staged 1024x1024, norm",
             vec![with(plain(1024, 1024), true, false)],
             false,
-            Wait,
+            wait,
         ),
         (
             "staged 1024x1024, residual",
             vec![with(plain(1024, 1024), false, true)],
             false,
-            Wait,
+            wait,
         ),
-        ("staged 4096x1024", one(4096, 1024), false, Wait),
+        ("staged 4096x1024", one(4096, 1024), false, wait),
         (
-            "staged 4096x1024, trigger early",
+            "staged 4096x1024, next linear",
             one(4096, 1024),
             false,
-            Early,
+            early,
         ),
         (
             "staged code-predictor layer",
             CP_LAYER.to_vec(),
             false,
-            Wait,
+            wait,
         ),
         (
-            "staged code-predictor layer, trigger early",
+            "staged code-predictor layer, next linear",
             CP_LAYER.to_vec(),
             false,
-            Early,
+            early,
         ),
         (
             "staged code-predictor layer, no norm or residual",
             cp_plain,
             false,
-            Wait,
+            wait,
         ),
     ];
-    for (name, layers, shared, trigger) in cases {
-        out.push(staged_chain(gpu, links, name, &layers, shared, trigger)?);
+    for (name, layers, shared, next) in cases {
+        let name = if next {
+            format!("{name} (trigger {:?})", gpu.staged_trigger)
+        } else {
+            name.to_string()
+        };
+        out.push(staged_chain(gpu, links, &name, &layers, shared, next)?);
     }
     Ok(out)
-}
-
-/// The median of five timed runs of `run` after one untimed, in µs per link.
-fn per_link(
-    gpu: &Gpu,
-    links: usize,
-    run: &dyn Fn() -> Result<(), CudaError>,
-) -> Result<f64, CudaError> {
-    let mut ms = Vec::with_capacity(5);
-    for i in 0..6 {
-        let t = gpu.time_ms(run)?;
-        if i > 0 {
-            ms.push(t);
-        }
-    }
-    ms.sort_by(f64::total_cmp);
-    Ok(ms[ms.len() / 2] * 1e3 / links as f64)
 }
 
 /// `chain_row` over rows of `k` values, 128 blocks; checks the value carried down.
@@ -186,15 +178,18 @@ fn row_chain(gpu: &Gpu, links: usize, k: usize) -> Result<LinkCost, CudaError> {
             )
         })
     })?;
-    let us = per_link(gpu, links, &|| g.launch())?;
-    gpu.write(&mut v, &vec![0.0f32; (links + 1) * k])?;
-    g.launch()?;
-    let end = gpu.read(&v, (links + 1) * k)?[links * k];
-    if end != links as f32 {
-        return Err(CudaError::Shape(format!(
-            "chain_row of {links} links ended at {end}, not {links}"
-        )));
-    }
+    let ms = super::median_of_five(|| {
+        gpu.write(&mut v, &vec![0.0f32; (links + 1) * k])?;
+        let t = gpu.time_ms(|| g.launch())?;
+        let end = gpu.read(&v, (links + 1) * k)?[links * k];
+        if end != links as f32 {
+            return Err(CudaError::Shape(format!(
+                "chain_row of {links} links ended at {end}, not {links}"
+            )));
+        }
+        Ok(t)
+    })?;
+    let us = ms * 1e3 / links as f64;
     Ok(LinkCost {
         name: format!("chain_row: rows of {k} through L2, 128 blocks"),
         links,
@@ -203,19 +198,31 @@ fn row_chain(gpu: &Gpu, links: usize, k: usize) -> Result<LinkCost, CudaError> {
     })
 }
 
-/// A chain of `links` `gemv_staged_m1` launches cycling through `layers`, each reading the
-/// row the launch before wrote, each letting the next launch by `trigger`. `shared`: one
-/// weight buffer per layer (it stays in L2); else enough copies that the chain streams
-/// them from HBM.
+/// A chain of `links` one-row `linear_then` calls in the staged mode (`gemv_staged_m1`)
+/// cycling through `layers`, each reading the row the call before wrote; with `next`, each
+/// told that another linear layer follows. `shared`: one weight buffer per layer (it stays
+/// in L2); else enough copies that the chain streams them from HBM.
 fn staged_chain(
     gpu: &Gpu,
     links: usize,
     name: &str,
     layers: &[Layer],
     shared: bool,
-    trigger: StagedTrigger,
+    next: bool,
 ) -> Result<LinkCost, CudaError> {
     let sms = gpu.sm_count as usize;
+    // on another path the chain would time another kernel under this name
+    if !gpu.staged {
+        return Err(CudaError::Unavailable(format!(
+            "{name}: the staged GEMV does not run on this device"
+        )));
+    }
+    if let Some(l) = layers.iter().find(|l| staged_plan(l.n, l.k, sms).is_none()) {
+        return Err(CudaError::Shape(format!(
+            "{name}: {}x{} does not fit gemv_staged",
+            l.n, l.k
+        )));
+    }
     let width = layers.iter().map(|l| l.n.max(l.k)).max().unwrap_or(1);
     let cycle_bytes: usize = layers.iter().map(|l| l.n * l.k * 2).sum();
     let copies = if shared {
@@ -225,64 +232,59 @@ fn staged_chain(
             .div_ceil(cycle_bytes.max(1))
             .min(links.div_ceil(layers.len()).max(1))
     };
-    let mut weights: Vec<Vec<DBuf<u16>>> = Vec::with_capacity(copies);
+    let mut weights: Vec<Vec<Linear>> = Vec::with_capacity(copies);
     for _ in 0..copies {
         weights.push(
             layers
                 .iter()
-                .map(|l| gpu.zeros::<u16>(l.n * l.k))
-                .collect::<Result<_, _>>()?,
+                .map(|l| {
+                    Ok(Linear {
+                        w: gpu.zeros::<u16>(l.n * l.k)?,
+                        n: l.n,
+                        k: l.k,
+                        bias: None,
+                        fp8: None,
+                    })
+                })
+                .collect::<Result<_, CudaError>>()?,
         );
     }
     let gains = gpu.upload(&vec![1.0f32; width])?;
     let residual: DBuf<f32> = gpu.zeros(width)?;
     let rows: DBuf<f32> = gpu.zeros((links + 1) * width)?;
-    let mut launches = Vec::with_capacity(links);
-    for i in 0..links {
+    let scratch = GemmScratch::new(gpu, 1, width, width)?;
+    let call = |gpu: &Gpu, i: usize| {
         let (j, l) = (i % layers.len(), layers[i % layers.len()]);
-        let plan = staged_plan(l.n, l.k, sms).ok_or_else(|| {
-            CudaError::Shape(format!("{name}: {}x{} does not fit gemv_staged", l.n, l.k))
-        })?;
-        let w = &weights[(i / layers.len()) % copies][j];
         let x = rows.ptr + (i * width * 4) as u64;
-        let args = vec![
-            Arg::P(w.ptr),
-            Arg::I(l.n as i32),
-            Arg::I(l.k as i32),
-            Arg::P(x),
-            Arg::I(width as i32),
-            Arg::P(if l.norm { gains.ptr } else { 0 }),
-            Arg::F(1e-6),
-            Arg::P(0),
-            Arg::I(l.act),
-            Arg::P(if l.res { residual.ptr } else { 0 }),
-            Arg::I(0),
-            Arg::P(x + (width * 4) as u64),
-            Arg::I(width as i32),
-            Arg::I(1),
-            Arg::I(gemv_ksplit(l.n) as i32),
-            Arg::I(plan.rows_per_block as i32),
-            Arg::I(trigger.code()),
-        ];
-        launches.push((plan, args));
-    }
+        let after = layers[(i + 1) % layers.len()];
+        linear_then(
+            gpu,
+            &weights[(i / layers.len()) % copies][j],
+            Rows {
+                ptr: x,
+                ld: width,
+                count: 1,
+            },
+            l.norm.then_some((gains.ptr, 1e-6)),
+            l.act,
+            l.res.then_some((residual.ptr, 0)),
+            x + (width * 4) as u64,
+            width,
+            &scratch,
+            next.then_some(NextLinear {
+                n: after.n,
+                norm: None,
+            }),
+        )
+    };
     let g = gpu.with_small_call(SmallCall::Staged, || {
-        Graph::capture(gpu, |gpu| {
-            launches.iter().try_for_each(|(plan, args)| {
-                gpu.launch_with(
-                    "gemv_staged_m1",
-                    (plan.blocks as u32, 1, 1),
-                    256,
-                    plan.smem as u32,
-                    args,
-                )
-            })
-        })
+        Graph::capture(gpu, |gpu| (0..links).try_for_each(|i| call(gpu, i)))
     })?;
+    let ms = super::median_of_five(|| gpu.time_ms(|| g.launch()))?;
     Ok(LinkCost {
         name: name.into(),
         links,
-        us: per_link(gpu, links, &|| g.launch())?,
+        us: ms * 1e3 / links as f64,
         weight_bytes: cycle_bytes / layers.len(),
     })
 }
