@@ -5,7 +5,8 @@
 //!
 //! A code-predictor call is found as the last `cp_first_input` launch and the launches up
 //! to its 15th `sample_cp`; a talker step as the last `sample_talker` launch and the
-//! launches back to the `frame_embedding` before it.
+//! launches back to the `frame_embedding` before it; a codec pass as the last `codec_rvq`
+//! launch followed by a `codec_final`, and the launches between them.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -116,6 +117,17 @@ pub fn last_talker_step(k: &[KernelTime]) -> Option<&[KernelTime]> {
     let end = k.iter().rposition(|t| t.name == "sample_talker")?;
     let start = k[..end].iter().rposition(|t| t.name == "frame_embedding")?;
     Some(&k[start..=end])
+}
+
+/// The launches of the last complete codec pass: a `codec_rvq` launch (the codes' lookup)
+/// through the `codec_final` after it (the last convolution), cuBLAS launches between
+/// them included.
+pub fn last_codec_pass(k: &[KernelTime]) -> Option<&[KernelTime]> {
+    let starts = k.iter().enumerate().filter(|(_, t)| t.name == "codec_rvq");
+    starts.map(|(i, _)| i).rev().find_map(|start| {
+        let end = start + k[start..].iter().position(|t| t.name == "codec_final")?;
+        Some(&k[start..=end])
+    })
 }
 
 /// Launches summed by (kernel, grid), largest total first.
@@ -242,5 +254,27 @@ mod tests {
         let cut = &k[..k.len() - 8];
         assert_eq!(last_code_predictor_call(cut).unwrap().as_ptr(), k.as_ptr());
         assert!(last_code_predictor_call(&k[..20]).is_none());
+    }
+
+    #[test]
+    fn finds_the_last_complete_codec_pass() {
+        let pass = [
+            ("codec_rvq", "(2, 1, 1)", "2000"),
+            ("codec_gemv", "(64, 1, 1)", "3000"),
+            ("nvjet_sm90_tss", "(4, 8, 1)", "6000"),
+            ("codec_final", "(1, 1, 1)", "4000"),
+        ];
+        let mut ks = pass.to_vec();
+        ks.push(("sample_cp", "(1, 1, 1)", "3000"));
+        ks.extend_from_slice(&pass[..3]);
+        let k = parse(&csv_of(&ks)).unwrap();
+        // the second pass has no `codec_final`: the first one is taken
+        let got = last_codec_pass(&k).unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got.as_ptr(), k.as_ptr());
+        let t = KernelTable::of(got);
+        assert!((t.micros - 15.0).abs() < 1e-9);
+        assert_eq!(t.rows[0].0, "nvjet_sm90_tss");
+        assert!(last_codec_pass(&k[..3]).is_none());
     }
 }

@@ -64,7 +64,7 @@ __device__ __forceinline__ void norm_rope(const float* x, const RopeGains& gw, f
     for (int j = 0; j < 4; j++)
         if (lane + 32 * j < hd) s += xv[j] * xv[j];
     s = warp_sum(s);
-    const float inv = 1.0f / sqrtf(s / (float)hd + eps);
+    const float inv = 1.0f / sqrtf(div_by_count(s, hd) + eps);
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < 2; j++) {

@@ -79,7 +79,7 @@ __device__ __forceinline__ void codec_gemv_body(const WT* __restrict__ W, int ld
             float q = 0.f;
             for (int k = lane; k < K; k += 32) q += xr[k] * xr[k];
             q = warp_sum(q);
-            if (lane == 0) s_inv[m] = 1.0f / sqrtf(q / (float)K + eps);
+            if (lane == 0) s_inv[m] = 1.0f / sqrtf(div_by_count(q, K) + eps);
         }
         __syncthreads();
     }

@@ -48,6 +48,26 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// warp_sum of three values at once: each the bits warp_sum gives it, the three chains of
+// shuffles interleaved (one chain's latency instead of three).
+__device__ __forceinline__ void warp_sum3(float& a, float& b, float& c) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float sa = __shfl_xor_sync(0xffffffffu, a, o);
+        const float sb = __shfl_xor_sync(0xffffffffu, b, o);
+        const float sc = __shfl_xor_sync(0xffffffffu, c, o);
+        a += sa;
+        b += sb;
+        c += sc;
+    }
+}
+
+// t / n (n > 0) with the bits of the IEEE division: one multiply where n is a power of two
+// (scaling by 2^-e is exact, or rounds as the division does), the division otherwise.
+__device__ __forceinline__ float div_by_count(float t, int n) {
+    if ((n & (n - 1)) == 0 && n < (1 << 24)) return t * __int_as_float((127 - (__ffs(n) - 1)) << 23);
+    return t / (float)n;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
@@ -122,7 +142,7 @@ __device__ float row_inv_rms(const float* __restrict__ x, int n, float eps,
     float s = 0.f;
     for (int k = threadIdx.x; k < n; k += blockDim.x) s += x[k] * x[k];
     s = block_sum(s, scratch);
-    return 1.0f / sqrtf(s / (float)n + eps);
+    return 1.0f / sqrtf(div_by_count(s, n) + eps);
 }
 
 // Value v of column k of row r of the split rows: v = hi + lo, hi = bf16(v) in out row r,
@@ -147,7 +167,7 @@ __device__ void split_row(const float* x, int K, const float* __restrict__ g, fl
         float s = 0.f;
         for (int k = threadIdx.x; k < K; k += blockDim.x) s += x[k] * x[k];
         s = block_sum(s, scratch);
-        inv = 1.0f / sqrtf(s / (float)K + eps);
+        inv = 1.0f / sqrtf(div_by_count(s, K) + eps);
     }
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
         split_store(out, ldo, rows, r, k, g ? g[k] * (x[k] * inv) : x[k]);

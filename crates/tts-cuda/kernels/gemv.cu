@@ -300,11 +300,11 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
         // the group's warps cover K once between them: their Σ x² meet in the same order
         float t = 0.f;
         for (int p = 0; p < ksplit; p++) t += s_part[warp + p][GEMV_R * M + m];
-        inv = 1.0f / sqrtf(t / (float)K + eps);
+        inv = 1.0f / sqrtf(div_by_count(t, K) + eps);
     } else if (ss_in) {
         float t = 0.f;
         for (int w = 0; w < GEMV_WARPS; w++) t += s_ss[w];
-        inv = 1.0f / sqrtf(t / (float)K + eps);
+        inv = 1.0f / sqrtf(div_by_count(t, K) + eps);
     }
     a *= inv;
     float up = 0.f;

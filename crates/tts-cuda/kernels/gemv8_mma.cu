@@ -177,7 +177,7 @@ __device__ __forceinline__ void gemv8_mma_body(
         scale[m] = __uint_as_float((unsigned)(127 + 13 - max(-100, min(100, e))) << 23);
         if (threadIdx.x == m) {
             s_scale[m] = scale[m];
-            s_inv[m] = (norm_w || ss_in) ? 1.0f / sqrtf(sum / (float)K + eps) : 1.f;
+            s_inv[m] = (norm_w || ss_in) ? 1.0f / sqrtf(div_by_count(sum, K) + eps) : 1.f;
         }
     }
     g8t_fill<M, XS, XR>(g8t_sx, xg, X, ldx, K, norm_w, scale);

@@ -88,36 +88,43 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     if (!early) pdl_trigger();
     const float rv = (stores && res) ? res[act == 2 ? n / 2 : n] : 0.f;
 
-    // 2. this warp's part of X
+    // 2. this warp's part of X: loads issued, the barrier passed while they are in flight,
+    //    then the norm's squares and gains (a warp that used them before the barrier would
+    //    hold every warp there for its loads)
     float xin[STAGED_MAX_STEPS][8];
-    float sq = 0.f;
 #pragma unroll
     for (int j = 0; j < STAGED_MAX_STEPS; j++) {
         const int idx = k_begin + lane * 8 + j * 256;
         if (j < per && idx < k_end) {
             const float4* xp = (const float4*)(X + idx);
-            float4 a = xp[0], b = xp[1];
-            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            if (norm_w) {
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    sq = fmaf(xv[i], xv[i], sq);
-                    xv[i] *= gin[j][i];
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 8; i++) xin[j][i] = xv[i];
+            const float4 a = xp[0], b = xp[1];
+            xin[j][0] = a.x, xin[j][1] = a.y, xin[j][2] = a.z, xin[j][3] = a.w;
+            xin[j][4] = b.x, xin[j][5] = b.y, xin[j][6] = b.z, xin[j][7] = b.w;
         } else {
 #pragma unroll
             for (int i = 0; i < 8; i++) xin[j][i] = 0.f;
         }
     }
-    if (norm_w) sq = warp_sum(sq);
     cp_async_wait<0>();
     __syncthreads();
+    float sq = 0.f;
+    if (norm_w) {
+#pragma unroll
+        for (int j = 0; j < STAGED_MAX_STEPS; j++) {
+            if (j >= per || k_begin + lane * 8 + j * 256 >= k_end) break;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                sq = fmaf(xin[j][i], xin[j][i], sq);
+                xin[j][i] *= gin[j][i];
+            }
+        }
+    }
 
-    // 3. the tasks: both rows of pair q over part p, products in gemv.cu's order
+    // 3. the tasks: both rows of pair q over part p, products in gemv.cu's order; the
+    //    part's Σ x² summed over the warp beside the first task's two sums (every task of a
+    //    warp has its part)
     const int pairs = (rows + 1) / 2, tasks = pairs * ksplit;
+    bool sq_summed = !norm_w;
     for (int t = warp; t < tasks; t += STAGED_WARPS) {
         const int q = t / ksplit;
         float acc[2] = {0.f, 0.f};
@@ -134,7 +141,14 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
                 for (int i = 0; i < 8; i++) acc[r] = fmaf(xin[j][i], wf[i], acc[r]);
             }
         }
-        const float a0 = warp_sum(acc[0]), a1 = warp_sum(acc[1]);
+        float a0 = acc[0], a1 = acc[1];
+        if (sq_summed) {
+            a0 = warp_sum(a0);
+            a1 = warp_sum(a1);
+        } else {
+            warp_sum3(a0, a1, sq);
+            sq_summed = true;
+        }
         if (lane == 0) {
             s_part[t][0] = a0;
             s_part[t][1] = a1;
@@ -152,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     if (norm_w) {
         float t = 0.f;
         for (int p = 0; p < ksplit; p++) t += s_part[q * ksplit + p][2];
-        inv = 1.0f / sqrtf(t / (float)K + eps);
+        inv = 1.0f / sqrtf(div_by_count(t, K) + eps);
     }
     a *= inv;
     float up = 0.f;

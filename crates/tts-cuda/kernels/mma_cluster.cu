@@ -188,7 +188,7 @@ __device__ __forceinline__ void mma_cluster_body(const bf16* __restrict__ W, int
             const unsigned sb = mc_smem_addr(s_ssq) + threadIdx.x * 4;
             float ss = 0.f;
             for (int b = 0; b < cs; b++) ss += mc_ld_cluster(mc_map(sb, b));
-            inv = 1.0f / sqrtf(ss / (float)K + eps);
+            inv = 1.0f / sqrtf(div_by_count(ss, K) + eps);
         }
         s_inv[threadIdx.x] = inv;
     }

@@ -189,7 +189,7 @@ __device__ __forceinline__ void mma_staged_body(const bf16* __restrict__ W, int 
             if (tid < G) {
                 float s = 0.f;
                 for (int w = 0; w < MS_WARPS; w++) s += s_red[w * G + tid];
-                s_inv[tid] = 1.0f / sqrtf(s / (float)K + eps);
+                s_inv[tid] = 1.0f / sqrtf(div_by_count(s, K) + eps);
             }
         } else if (tid < G) {
             s_inv[tid] = 1.f;

@@ -251,7 +251,7 @@ __device__ __forceinline__ void wide_linear_body(
                 if (p < S) t += v[p];
         }
 #endif
-        s_inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + eps);
+        s_inv[threadIdx.x] = 1.0f / sqrtf(div_by_count(t, K) + eps);
     }
     __syncthreads();
     if (S == 1) {
