@@ -38,14 +38,16 @@
 #define STAGED_MAX_TASKS 64
 #define STAGED_MAX_STEPS 4  // 256-wide K steps per part: a part's X in 32 registers per lane
 
-extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
-    const bf16* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,
-    const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,
-    const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit, int rpb,
-    int early) {
-    (void)ldx, (void)ldr, (void)ldy;  // one row (the argument list is gemv.cu's)
-    extern __shared__ __align__(16) unsigned char s_w[];
-    __shared__ float s_part[STAGED_MAX_TASKS][3];  // row n0, row n0+1, Σ x² of the part
+// The kernel's body, compiled once with the norm (NORM: norm_w is not null) and once
+// without, so a layer without a norm runs no code of it.
+template <bool NORM>
+__device__ __forceinline__ void gemv_staged_body(const bf16* __restrict__ W, int N, int K,
+                                                 const float* __restrict__ X,
+                                                 const float* __restrict__ norm_w, float eps,
+                                                 const float* __restrict__ bias, int act,
+                                                 const float* res, float* Y, int rows_valid,
+                                                 int ksplit, int rpb, int early,
+                                                 unsigned char* s_w, float (*s_part)[3]) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int row0 = blockIdx.x * rpb;
     const int rows = min(rpb, N - row0);
@@ -73,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
 #pragma unroll
     for (int j = 0; j < STAGED_MAX_STEPS; j++) {
         const int idx = k_begin + lane * 8 + j * 256;
-        if (norm_w && j < per && idx < k_end) {
+        if (NORM && j < per && idx < k_end) {
             const float4* gp = (const float4*)(norm_w + idx);
             const float4 ga = gp[0], gb = gp[1];
             gin[j][0] = ga.x, gin[j][1] = ga.y, gin[j][2] = ga.z, gin[j][3] = ga.w;
@@ -108,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     cp_async_wait<0>();
     __syncthreads();
     float sq = 0.f;
-    if (norm_w) {
+    if (NORM) {
 #pragma unroll
         for (int j = 0; j < STAGED_MAX_STEPS; j++) {
             if (j >= per || k_begin + lane * 8 + j * 256 >= k_end) break;
@@ -124,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     //    part's Σ x² summed over the warp beside the first task's two sums (every task of a
     //    warp has its part)
     const int pairs = (rows + 1) / 2, tasks = pairs * ksplit;
-    bool sq_summed = !norm_w;
+    bool sq_summed = !NORM;
     for (int t = warp; t < tasks; t += STAGED_WARPS) {
         const int q = t / ksplit;
         float acc[2] = {0.f, 0.f};
@@ -163,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     float a = 0.f;
     for (int p = 0; p < ksplit; p++) a += s_part[q * ksplit + p][r];
     float inv = 1.f;
-    if (norm_w) {
+    if (NORM) {
         float t = 0.f;
         for (int p = 0; p < ksplit; p++) t += s_part[q * ksplit + p][2];
         inv = 1.0f / sqrtf(div_by_count(t, K) + eps);
@@ -176,4 +178,20 @@ extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
     }
     const float o = linear_act(a, up, act, bias != nullptr, b0, b1);
     Y[act == 2 ? n / 2 : n] = res ? o + rv : o;
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemv_staged_m1(
+    const bf16* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,
+    const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,
+    const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit, int rpb,
+    int early) {
+    (void)ldx, (void)ldr, (void)ldy;  // one row (the argument list is gemv.cu's)
+    extern __shared__ __align__(16) unsigned char s_w[];
+    __shared__ float s_part[STAGED_MAX_TASKS][3];  // row n0, row n0+1, Σ x² of the part
+    if (norm_w)
+        gemv_staged_body<true>(W, N, K, X, norm_w, eps, bias, act, res, Y, rows_valid, ksplit,
+                               rpb, early, s_w, s_part);
+    else
+        gemv_staged_body<false>(W, N, K, X, nullptr, eps, bias, act, res, Y, rows_valid, ksplit,
+                                rpb, early, s_w, s_part);
 }
