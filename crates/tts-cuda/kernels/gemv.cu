@@ -342,12 +342,8 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
         const float* __restrict__ scales, const float* __restrict__ ss_in, int ss_n, float* xo,  \
         const float* __restrict__ xo_g, float* ss_out) {                                         \
-        if (MM == 1 && !norm_w)                                                                  \
-            gemv_body<MM, F8, PRE>(W, N, K, X, ldx, nullptr, eps, bias, act, res, ldr, Y, ldy,   \
-                                   rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out);   \
-        else                                                                                     \
-            gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,    \
-                                   rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out);   \
+        gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,        \
+                               rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out);       \
     }
 
 // bf16 weights (`scales` unused)
