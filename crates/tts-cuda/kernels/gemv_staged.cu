@@ -27,6 +27,12 @@
 // Each warp reads the norm's gains over its part of X before the wait too: they are
 // weights, and a stage's streaming weights push them out of L2 between two reads (code
 // predictor at one row on an H100 1.69 -> 1.60 ms, bench/results/2026-12-06-h100-link-costs).
+// It squares and scales its X only after the block's barrier, so no warp holds the others
+// there while its X loads are in flight, and sums its squares over the warp beside its
+// first task's sums; the body is compiled with and without the norm (`NORM`), so a layer
+// without one runs none of its code (H100: a normed 1024x1024 link 2.53 -> 2.33 us, an
+// unnormed one 1.97 -> 1.88, the code predictor at one row 1.60 -> 1.53 ms,
+// bench/results/2026-12-06-norm-after-barrier).
 //
 // `early` (`linear::StagedTrigger`): the successor is another linear kernel, which reads
 // nothing but weights before its own wait, so this block lets it launch right away (its
