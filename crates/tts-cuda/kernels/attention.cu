@@ -345,12 +345,9 @@ DA_ENTRY(decode_attention_f32, float)
 
 // Attention of query q over positions 0..n-1 (n <= 32) whose K/V rows are all in shared
 // memory (k[p], v[p]), by the block's warps, the same sums for any warp count: warp w
-// scores positions w, w + nw, ... (lanes split the head dims; up to AH_BATCH positions at
-// once, their warp sums' shuffles interleaved, each sum the bits warp_sum gives it), every
-// warp then takes the softmax over all n scores itself, lane l of warp 0 sums dims
-// 4l..4l+3 over the positions in order and writes dst. Needs hd % 4 == 0, hd <= 128. Ends
-// with a block barrier.
-#define AH_BATCH 8
+// scores positions w, w + nw, ... (lanes split the head dims), every warp then takes the
+// softmax over all n scores itself, lane l of warp 0 sums dims 4l..4l+3 over the positions
+// in order and writes dst. Needs hd % 4 == 0, hd <= 128. Ends with a block barrier.
 __device__ __forceinline__ void attend_held(const float* q, int n, const float (*k)[128],
                                             const float (*v)[128], int hd, float* dst) {
     __shared__ float s_sc[32];
@@ -358,24 +355,10 @@ __device__ __forceinline__ void attend_held(const float* q, int n, const float (
     const bool owner = 4 * lane < hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float4 qv = owner ? *(const float4*)&q[4 * lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const int mine = n > warp ? (n - warp + nw - 1) / nw : 0;  // this warp's positions
-    for (int i0 = 0; i0 < mine; i0 += AH_BATCH) {
-        float sc[AH_BATCH];
-#pragma unroll
-        for (int i = 0; i < AH_BATCH; i++) {
-            const int p = warp + (i0 + i) * nw;
-            sc[i] = owner && i0 + i < mine ? dot4(&qv.x, *(const float4*)&k[p][4 * lane]) : 0.f;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-            for (int i = 0; i < AH_BATCH; i++)
-                if (i0 + i < mine) sc[i] += __shfl_xor_sync(0xffffffffu, sc[i], o);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int i = 0; i < AH_BATCH; i++)
-                if (i0 + i < mine) s_sc[warp + (i0 + i) * nw] = sc[i] * scale;
-        }
+    for (int p = warp; p < n; p += nw) {
+        float sc = owner ? dot4(&qv.x, *(const float4*)&k[p][4 * lane]) : 0.f;
+        sc = warp_sum(sc);
+        if (lane == 0) s_sc[p] = sc * scale;
     }
     __syncthreads();
     if (warp == 0) {
