@@ -31,7 +31,7 @@
 // there while its X loads are in flight, and sums its squares over the warp beside its
 // first task's sums; the body is compiled with and without the norm (`NORM`), so a layer
 // without one runs none of its code (H100: a normed 1024x1024 link 2.53 -> 2.33 us, an
-// unnormed one 1.97 -> 1.88, the code predictor at one row 1.60 -> 1.53 ms,
+// unnormed one 1.97 -> 1.90, the code predictor at one row 1.60 -> 1.53 ms,
 // bench/results/2026-12-06-norm-after-barrier).
 //
 // `early` (`linear::StagedTrigger`): the successor is another linear kernel, which reads
