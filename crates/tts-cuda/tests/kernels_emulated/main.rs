@@ -186,6 +186,18 @@ fn the_emulator_runs_known_kernels() {
     run_emulated("the_emulator_runs_known_kernels", "selftest.cpp", &[], &[]);
 }
 
+/// common.cuh's stand-ins with the same bits as their plainer forms: `warp_sum3` against
+/// three `warp_sum`s, `div_by_count` against the division.
+#[test]
+fn common_helpers_keep_the_bits_of_their_plain_forms() {
+    run_emulated(
+        "common_helpers_keep_the_bits_of_their_plain_forms",
+        "common_helpers.cpp",
+        &[],
+        &[],
+    );
+}
+
 /// The rewriting of kernel sources into C++.
 #[test]
 fn sources_become_cpp() {
