@@ -518,6 +518,20 @@ pub fn bench_gemv(gpu: &crate::device::Gpu) -> Result<Vec<KernelTiming>, CudaErr
     Ok(out)
 }
 
+/// A graph of `links` dependent launches of the probe `kernel` (`blocks` blocks of 256
+/// threads), link i with the arguments `args(i)`.
+fn chain_graph(
+    gpu: &crate::device::Gpu,
+    kernel: &'static str,
+    links: usize,
+    blocks: u32,
+    args: impl Fn(i32) -> Vec<crate::device::Arg>,
+) -> Result<crate::device::Graph, CudaError> {
+    crate::device::Graph::capture(gpu, |gpu| {
+        (0..links as i32).try_for_each(|i| gpu.launch(kernel, (blocks, 1, 1), 256, &args(i)))
+    })
+}
+
 /// The median of five results of `timed_run` (a run's device time) after one discarded.
 fn median_of_five(mut timed_run: impl FnMut() -> Result<f64, CudaError>) -> Result<f64, CudaError> {
     timed_run()?;
@@ -541,7 +555,7 @@ pub struct ChainCosts {
 /// `chain_phases` as one launch; one block per multiprocessor), each the median of 5 timed
 /// runs after one untimed, and checks that every run carried its value down the chain.
 pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts, CudaError> {
-    use crate::device::{Arg, Graph};
+    use crate::device::Arg;
     let blocks = gpu.sm_count;
     let mut v: crate::device::DBuf<f32> = gpu.zeros(links + 1)?;
     let state: crate::device::DBuf<u32> = gpu.zeros(2)?;
@@ -556,15 +570,8 @@ pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts,
         }
     };
     let ptr = v.ptr;
-    let g = Graph::capture(gpu, |gpu| {
-        (0..links).try_for_each(|i| {
-            gpu.launch(
-                "chain_link",
-                (blocks, 1, 1),
-                256,
-                &[Arg::P(ptr), Arg::I(i as i32)],
-            )
-        })
+    let g = chain_graph(gpu, "chain_link", links, blocks, |i| {
+        vec![Arg::P(ptr), Arg::I(i)]
     })?;
     // one untimed run, then the median of five; each starts from zeros and is checked
     let mut timed = |run: &dyn Fn() -> Result<(), CudaError>| -> Result<f64, CudaError> {

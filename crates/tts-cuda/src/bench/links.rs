@@ -168,15 +168,8 @@ fn row_chain(gpu: &Gpu, links: usize, k: usize) -> Result<LinkCost, CudaError> {
     const BLOCKS: u32 = 128;
     let mut v: DBuf<f32> = gpu.zeros((links + 1) * k)?;
     let ptr = v.ptr;
-    let g = Graph::capture(gpu, |gpu| {
-        (0..links).try_for_each(|i| {
-            gpu.launch(
-                "chain_row",
-                (BLOCKS, 1, 1),
-                256,
-                &[Arg::P(ptr), Arg::I(k as i32), Arg::I(i as i32)],
-            )
-        })
+    let g = super::chain_graph(gpu, "chain_row", links, BLOCKS, |i| {
+        vec![Arg::P(ptr), Arg::I(k as i32), Arg::I(i)]
     })?;
     let ms = super::median_of_five(|| {
         gpu.write(&mut v, &vec![0.0f32; (links + 1) * k])?;
