@@ -27,6 +27,19 @@ __device__ __forceinline__ unsigned short f2h_sat(float f) {
     return h;
 }
 
+// D += A·B on tensor cores, mma.m16n8k16 over f16 operands with f32 accumulation:
+// A = 16 rows × 16 k (a0: row g, k 2t..2t+1; a1: row g+8; a2, a3: the same at k + 8),
+// B = 16 k × 8 columns (b0: column g, k 2t..2t+1; b1: k + 8), D's entries (row g, columns
+// 2t, 2t+1) then (row g+8, ...), for lane = 4g + t (gemv8_mma.cu, codec_gemv_mma.cu).
+__device__ __forceinline__ void mma_f16(float* c, unsigned a0, unsigned a1, unsigned a2,
+                                        unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // Round-to-nearest-even f32 -> bf16 (NaN kept quiet).
 __device__ __forceinline__ bf16 f2bf(float f) {
     unsigned int u = __float_as_uint(f);

@@ -30,15 +30,6 @@
 #define G8T_WARPS 8
 #define G8T_U 4
 
-__device__ __forceinline__ void g8t_mma(float* c, unsigned a0, unsigned a1, unsigned a2,
-                                        unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // The E4M3 codes in bytes 0 and 2 (resp. 1 and 3) of `v` as an f16 pair (the lower byte in
 // the low half) of value / 256: the code's sign to bit 15, its exponent and mantissa bits
 // under the half's (bias 15 against 7: the factor 2^8).
@@ -202,7 +193,7 @@ __device__ __forceinline__ void gemv8_mma_body(
             const unsigned bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                g8t_mma(acc, e4m3_pair02(r0[j]), e4m3_pair02(r8[j]), e4m3_pair13(r0[j]),
+                mma_f16(acc, e4m3_pair02(r0[j]), e4m3_pair02(r8[j]), e4m3_pair13(r0[j]),
                         e4m3_pair13(r8[j]), bw[2 * j], bw[2 * j + 1]);
         }
     }

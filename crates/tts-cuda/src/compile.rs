@@ -37,6 +37,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
     ("codec.cu", include_str!("../kernels/codec.cu")),
     ("codec_gemv.cu", include_str!("../kernels/codec_gemv.cu")),
+    (
+        "codec_gemv_mma.cu",
+        include_str!("../kernels/codec_gemv_mma.cu"),
+    ),
     ("codec_conv.cu", include_str!("../kernels/codec_conv.cu")),
     ("persistent.cu", include_str!("../kernels/persistent.cu")),
     // after persistent.cu: its grid barrier

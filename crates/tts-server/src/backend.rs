@@ -136,6 +136,12 @@ pub fn create_cuda(
         // the split (prefill) attention on attention_row.cu (0: decode_attention)
         row_attention_split: on_unless_zero("QWEN3_TTS_ROW_ATTENTION_SPLIT"),
         codec_small_gemv: on_unless_zero("QWEN3_TTS_CODEC_GEMV"),
+        // few-step GEMVs of at least this many steps on tensor cores (0: never)
+        codec_gemv_mma_steps: count_knob(
+            "QWEN3_TTS_CODEC_GEMV_MMA",
+            tts_cuda::CudaOptions::default().codec_gemv_mma_steps,
+            "steps",
+        )?,
         // the codec's f16 convolutions as one implicit GEMM: narrow (default), large, all, off
         codec_implicit: parsed_knob(
             "QWEN3_TTS_CODEC_IMPLICIT",

@@ -20,9 +20,12 @@ pub struct CudaOptions {
     pub codec_precision: CodecPrecision,
     /// Most frames one codec pass takes per row (sizes the codec's KV rings).
     pub codec_frames_per_call: usize,
-    /// The codec's GEMMs of at most 8 steps as exact-f32 GEMV launches (on by default;
-    /// off: all on cuBLAS, for comparisons).
+    /// The codec's GEMMs of at most 8 steps as GEMV launches with f32 products (on by
+    /// default; off: all on cuBLAS, for comparisons).
     pub codec_small_gemv: bool,
+    /// Those of at least this many steps, over f16 weights and without a folded norm or
+    /// SwiGLU, on tensor cores (`kernels/codec_gemv_mma.cu`; 0: never).
+    pub codec_gemv_mma_steps: usize,
     /// Which of the codec's f16 convolutions run as one implicit GEMM (im2col folded into
     /// tensor-core tiles, `kernels/codec_conv.cu`) instead of im2col + cuBLAS.
     pub codec_implicit: ImplicitConv,
@@ -277,6 +280,7 @@ impl Default for CudaOptions {
             codec_precision: CodecPrecision::F16,
             codec_frames_per_call: 16,
             codec_small_gemv: true,
+            codec_gemv_mma_steps: crate::codec::GEMV_MMA_STEPS,
             codec_implicit: ImplicitConv::default(),
             codec_conv_window: true,
             codec_conv_resident: true,

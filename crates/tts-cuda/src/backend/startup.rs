@@ -181,6 +181,7 @@ fn load_codec(gpu: &Gpu, model: &Model, opts: &CudaOptions) -> Result<Codec, Cud
     )?;
     c.set_precision(gpu, opts.codec_precision)?;
     c.set_small_gemv(opts.codec_small_gemv);
+    c.set_gemv_mma_steps(opts.codec_gemv_mma_steps);
     c.set_implicit_conv(opts.codec_implicit);
     c.set_conv_window(opts.codec_conv_window);
     c.set_conv_resident(opts.codec_conv_resident);

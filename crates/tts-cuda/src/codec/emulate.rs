@@ -403,7 +403,8 @@ impl Emu {
                     beta,
                 };
                 // the few-step GEMV is exact f32 over the weights as read, whatever
-                // cuBLAS's arithmetic (the f16 copy with f16 convolutions)
+                // cuBLAS's arithmetic (the f16 copy with f16 convolutions); on tensor cores
+                // (codec_gemv_mma.cu) its inputs keep ~22 bits (f16 hi + lo), not emulated
                 let round = match self.rounding {
                     Rounding::Tf32 | Rounding::Bf16 if exact => Rounding::Exact,
                     Rounding::F16Conv | Rounding::F16Pointwise if exact => Rounding::F16Weights,

@@ -71,6 +71,9 @@ pub struct GemmMode {
     /// GEMMs of at most [`GEMV_MAX_STEPS`] steps (and the norm or SwiGLU before them) as
     /// one `codec_gemv` launch.
     pub small_gemv: bool,
+    /// Those of at least this many steps, over f16 weights and without a prologue, on
+    /// tensor cores ([`gemv_mma_choice`]; 0: never).
+    pub gemv_mma_steps: usize,
     /// The GEMMs over an im2col on f16 operands ([`conv_gemm_f16`]).
     pub conv_f16: bool,
     /// Which of those f16 convolutions run as one implicit GEMM (`conv`) instead.
@@ -194,6 +197,22 @@ pub fn gemv_choice(
     (name, ksplit, n.div_ceil(rows / ksplit))
 }
 
+/// Fewest steps of a few-step GEMV that runs on tensor cores by default
+/// (`QWEN3_TTS_CODEC_GEMV_MMA`; 0: never, until it has run on a GPU).
+pub const GEMV_MMA_STEPS: usize = 0;
+
+/// The `codec_gemv_mma.cu` entry point for an `n × k` GEMM over f16 weights whose rows
+/// are 16-byte aligned (`v16`; else 8-byte) and its blocks of 256 threads: 8 chunks of
+/// 32 in flight per warp for rows of at least 4096 (decoder_in's 7176), else 4.
+pub fn gemv_mma_choice(n: usize, k: usize, v16: bool) -> (&'static str, usize) {
+    let name = match (v16, k >= 4096) {
+        (true, true) => "codec_gemv_mma8",
+        (true, false) => "codec_gemv_mma4",
+        (false, _) => "codec_gemv_mma4_v8",
+    };
+    (name, n.div_ceil(16))
+}
+
 /// `C = pro(X) · Wᵀ (+ beta·C)` for `steps` <= [`GEMV_MAX_STEPS`] rows in one launch
 /// (`pro`: the folded norm's gain pointer and eps, or the SwiGLU, or nothing); W at `w`
 /// is f32, or f16 when `half` (the arena's f16 copy).
@@ -202,12 +221,34 @@ fn codec_gemv(
     ((w, half), ldw, n, k): ((u64, bool), usize, usize, usize),
     (x, ldx): (u64, usize),
     (c, ldc): (u64, usize),
-    steps: usize,
+    (steps, mma_steps): (usize, usize),
     beta: f32,
     (pro, g, eps): (i32, u64, f32),
 ) -> Result<(), CudaError> {
     if steps == 0 {
         return Ok(());
+    }
+    // 8-byte weight pieces need rows of 4n halves at an 8-byte address, 16-byte ones 8n
+    if half && pro == 0 && mma_steps > 0 && steps >= mma_steps && w.is_multiple_of(8) {
+        let v16 = ldw.is_multiple_of(8) && w.is_multiple_of(16);
+        let (name, blocks) = gemv_mma_choice(n, k, v16);
+        return gpu.launch(
+            name,
+            grid(blocks),
+            256,
+            &[
+                Arg::P(w),
+                i(ldw),
+                i(n),
+                i(k),
+                Arg::P(x),
+                i(ldx),
+                Arg::P(c),
+                i(ldc),
+                i(steps),
+                Arg::F(beta),
+            ],
+        );
     }
     let (name, ksplit, blocks) = gemv_choice(steps, n, k, half, gpu.sm_count as usize);
     gpu.launch(
@@ -383,6 +424,7 @@ pub fn run(
     let GemmMode {
         blas: gemm,
         small_gemv,
+        gemv_mma_steps,
         conv_f16,
         implicit,
         conv_window,
@@ -418,7 +460,7 @@ pub fn run(
                 (gemv_w(f.w), f.ldw, f.m, f.k),
                 (d.view(f.x), f.ldx),
                 (d.view(f.c), f.ldc),
-                frames,
+                (frames, gemv_mma_steps),
                 f.beta,
                 (f.pro.code(), g, p.eps),
             )?;
@@ -463,7 +505,7 @@ pub fn run(
                         (gemv_w(w), ldw, m, k),
                         (xp, ldx),
                         (cp, ldc),
-                        steps,
+                        (steps, gemv_mma_steps),
                         beta,
                         (0, 0, 0.0),
                     )?

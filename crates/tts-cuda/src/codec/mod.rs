@@ -42,7 +42,7 @@ use crate::error::CudaError;
 pub use conv::{
     launch as launch_implicit_conv, plan as conv_plan, ConvLaunch, ConvPlan, ImplicitConv,
 };
-pub use exec::{final_tile, gemv_choice};
+pub use exec::{final_tile, gemv_choice, gemv_mma_choice, GEMV_MMA_STEPS};
 use exec::{DevBufs, GemmMode};
 use plan::{Buf, Program};
 use state::{InputLayout, Piece, SlotBook};
@@ -84,6 +84,9 @@ pub const PDL_KERNELS: &[&str] = &[
     "codec_gemv_h2",
     "codec_gemv_h4",
     "codec_gemv_h8",
+    "codec_gemv_mma4",
+    "codec_gemv_mma8",
+    "codec_gemv_mma4_v8",
 ];
 
 /// Most frames one pass decodes (all rows together); larger calls run as several passes.
@@ -230,6 +233,7 @@ impl DevCodec {
             gemm: GemmMode {
                 blas: GemmType::F32Tf32,
                 small_gemv: true,
+                gemv_mma_steps: GEMV_MMA_STEPS,
                 conv_f16: false,
                 implicit: ImplicitConv::default(),
                 conv_window: true,
@@ -256,10 +260,18 @@ impl DevCodec {
     }
 
     /// Runs the GEMMs of few steps (at most 8 per pass: the transformer and the first
-    /// upsampling layers of a pass of 1-2 frames) as one exact-f32 GEMV launch each (on by
-    /// default) instead of a cuBLAS GEMM; off: every GEMM on cuBLAS, for comparisons.
+    /// upsampling layers of a pass of 1-2 frames) as one GEMV launch each with f32 products
+    /// (on by default; those on tensor cores, [`Self::set_gemv_mma_steps`], keep ~22 bits
+    /// of each input) instead of a cuBLAS GEMM; off: every GEMM on cuBLAS, for comparisons.
     pub fn set_small_gemv(&mut self, on: bool) {
         self.gemm.small_gemv = on;
+        self.graphs.clear();
+    }
+
+    /// The few-step GEMVs of at least `steps` steps over the f16 weights, without a folded
+    /// norm or SwiGLU, on tensor cores (`kernels/codec_gemv_mma.cu`; 0: never).
+    pub fn set_gemv_mma_steps(&mut self, steps: usize) {
+        self.gemm.gemv_mma_steps = steps;
         self.graphs.clear();
     }
 

@@ -1,5 +1,6 @@
 // Emulated check of codec_gemv.cu (codec_gemv_m1..m8 over f32 weights, codec_gemv_h1..h8
-// over their f16 copy) against an f64 reference of
+// over their f16 copy) and codec_gemv_mma.cu (codec_gemv_mma*: the f16 copy on tensor
+// cores, X split into f16 hi + lo parts, no prologue) against an f64 reference of
 //   C[s][n] = Σ_{k < K} pro(X)[s][k] · W[n][k]  (+ beta · C[s][n]),   s < steps,
 // pro 0: X as stored; 1: the folded RMSNorm, g ⊙ x / sqrt(mean(x[0..K)²) + eps); 2: the
 // folded SwiGLU, silu(X[k]) · X[K + k]. argv per case: kernel steps N K ldx ldc c_off ksplit
@@ -28,6 +29,14 @@ static void launch(const GemvCase& c, const WT* W, const float* X, float* C, con
             else if (c.kernel == "codec_gemv_m4") codec_gemv_m4(GEMV_ARGS);
             else if (c.kernel == "codec_gemv_m8") codec_gemv_m8(GEMV_ARGS);
             else emu::fail("unknown f32 kernel");
+        } else if (c.kernel.rfind("codec_gemv_mma", 0) == 0) {
+            if (c.pro != 0) emu::fail("codec_gemv_mma* has no prologue");
+#define MMA_ARGS W, c.K, c.N, c.K, X, c.ldx, C, c.ldc, c.steps, c.beta
+            if (c.kernel == "codec_gemv_mma4") codec_gemv_mma4(MMA_ARGS);
+            else if (c.kernel == "codec_gemv_mma8") codec_gemv_mma8(MMA_ARGS);
+            else if (c.kernel == "codec_gemv_mma4_v8") codec_gemv_mma4_v8(MMA_ARGS);
+            else emu::fail("unknown tensor-core kernel");
+#undef MMA_ARGS
         } else {
             if (c.kernel == "codec_gemv_h1") codec_gemv_h1(GEMV_ARGS);
             else if (c.kernel == "codec_gemv_h2") codec_gemv_h2(GEMV_ARGS);
@@ -117,7 +126,7 @@ int main(int argc, char** argv) {
         for (int j = 0; j < 8; j++) *f[j] = std::atoi(argv[i + 1 + j]);
         c.beta = (float)std::atof(argv[i + 9]);
         c.pro = std::atoi(argv[i + 10]);
-        if (c.kernel.rfind("codec_gemv_h", 0) == 0)
+        if (c.kernel.rfind("codec_gemv_h", 0) == 0 || c.kernel.rfind("codec_gemv_mma", 0) == 0)
             run_case<uint16_t>(c);
         else
             run_case<float>(c);

@@ -1,7 +1,7 @@
 // mma_twins.hpp — emulated twins (cuda_names.hpp's EmuTwin mechanism) of the kernels' PTX
 // helpers for warp-level tensor cores and their operands (included by cuda_names.hpp):
 //   ldmatrix.sync.aligned.m8n8.x4.shared.b16           codec_conv.cu conv_ldsm4, tile.cu ldmatrix_x4
-//   mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32  codec_conv.cu conv_mma, gemv8_mma.cu g8t_mma
+//   mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32  codec_conv.cu conv_mma, common.cuh mma_f16
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 mma_staged.cu ms_mma, mma.cu mma_bf16
 //   cvt.rn.bf16x2.f32                                   mma_staged.cu ms_pack
 //   cvta.to.shared.u64, cp.async.cg (16 bytes, src-size) codec_conv.cu conv_smem, conv_cp16
@@ -144,8 +144,8 @@ inline void conv_ldsm4(unsigned addr, unsigned* r, EmuTwin) { emu_mma::ldsm_x4(a
 inline void conv_mma(float* c, const unsigned* a, unsigned b0, unsigned b1, EmuTwin) {
     emu_mma::mma_m16n8k16<false>(c, a[0], a[1], a[2], a[3], b0, b1);
 }
-// gemv8_mma.cu
-inline void g8t_mma(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1,
+// common.cuh (gemv8_mma.cu, codec_gemv_mma.cu)
+inline void mma_f16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1,
                     EmuTwin) {
     emu_mma::mma_m16n8k16<false>(c, a0, a1, a2, a3, b0, b1);
 }
@@ -172,7 +172,7 @@ inline void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2,
 #define conv_cp16(...) conv_cp16(__VA_ARGS__, EmuTwin())
 #define conv_ldsm4(...) conv_ldsm4(__VA_ARGS__, EmuTwin())
 #define conv_mma(...) conv_mma(__VA_ARGS__, EmuTwin())
-#define g8t_mma(...) g8t_mma(__VA_ARGS__, EmuTwin())
+#define mma_f16(...) mma_f16(__VA_ARGS__, EmuTwin())
 #define ms_mma(...) ms_mma(__VA_ARGS__, EmuTwin())
 #define ms_pack(...) ms_pack(__VA_ARGS__, EmuTwin())
 #define mma_bf16(...) mma_bf16(__VA_ARGS__, EmuTwin())

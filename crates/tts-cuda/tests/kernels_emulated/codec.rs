@@ -9,7 +9,7 @@
 //! the first left.
 
 use tts_cuda::codec::layers::{conv_padded, padded};
-use tts_cuda::codec::{final_tile, gemv_choice};
+use tts_cuda::codec::{final_tile, gemv_choice, gemv_mma_choice};
 use tts_model::config::CodecDecoderConfig;
 use tts_model::weights::RES_UNIT_DILATIONS;
 
@@ -116,7 +116,44 @@ fn codec_gemv_matches_the_reference() {
     run_emulated(
         "codec_gemv_matches_the_reference",
         "codec_gemv.cpp",
-        &["codec_gemv.cu"],
+        &["codec_gemv.cu", "codec_gemv_mma.cu"],
+        &args,
+    );
+}
+
+/// `codec_gemv_mma*` (`codec_gemv_mma.cu`), the few-step GEMMs of 3-8 steps on tensor
+/// cores, with the entry point and blocks of `codec::gemv_mma_choice`, on the first rows
+/// of the 1.7B codec's 8-step layers of a two-frame pass: decoder_in (K =
+/// 7176, 8 chunks in flight), block 0's transposed convolution (K = 3080, a last chunk of
+/// 8 columns) at 8 steps and at 5 (steps past the call), the second ConvNeXt linear layer
+/// adding the residual (K = 4100, rows of 8-byte pieces) and the first at 3 steps, its
+/// rows written every other step from the second (ldc = 2 rows, an offset). The row
+/// counts end inside a 16-row tile, so rows past N read the last one and write nothing.
+#[test]
+fn codec_gemv_mma_matches_the_reference() {
+    let d = decoder();
+    let (lat, ddim) = (d.latent_dim, d.decoder_dim);
+    let ld_lat = padded(lat, true);
+    let mut args = Vec::new();
+    // (steps, n, k, ldx, ldc, c_off, beta)
+    let mut case = |steps, n, k: usize, (ldx, ldc, c_off), beta: f32| {
+        let (kernel, blocks) = gemv_mma_choice(n, k, k.is_multiple_of(8));
+        args.push(kernel.to_string());
+        args.extend(strings(&[steps, n, k, ldx, ldc, c_off, 1, blocks]));
+        args.extend([beta.to_string(), "0".to_string()]);
+    };
+    let k_in = conv_padded(TAPS * lat);
+    case(8, 40, k_in, (k_in, ddim, 0), 0.0);
+    let k_t0 = conv_padded(2 * ddim);
+    case(8, 24, k_t0, (k_t0, 24, 0), 0.0);
+    case(5, 24, k_t0, (k_t0, 24, 0), 0.0);
+    let ld_e = padded(4 * lat, true);
+    case(8, 20, ld_e, (ld_e, ld_lat, 0), 1.0);
+    case(3, 36, ld_lat, (ld_lat, 2 * ld_e, ld_e), 0.0);
+    run_emulated(
+        "codec_gemv_mma_matches_the_reference",
+        "codec_gemv.cpp",
+        &["codec_gemv.cu", "codec_gemv_mma.cu"],
         &args,
     );
 }
