@@ -154,12 +154,16 @@ fn fixture_streams_match_the_cpu_reference() {
         // 4 slots, up to 96 frames per row per call: the 90 frames fit one pass.
         let mut codec = dev_codec(&gpu, &c.model, 4, 96);
         assert_eq!(codec.samples_per_frame(), 1920);
-        for p in [
-            CodecPrecision::F32,
-            CodecPrecision::Tf32,
-            CodecPrecision::F16,
+        // with f16 convolutions, the few-step GEMVs without a prologue also on tensor cores
+        // (codec_gemv_mma.cu, from 1 step)
+        for (p, mma) in [
+            (CodecPrecision::F32, 0),
+            (CodecPrecision::Tf32, 0),
+            (CodecPrecision::F16, 0),
+            (CodecPrecision::F16, 1),
         ] {
             codec.set_precision(&gpu, p).expect("precision");
+            codec.set_gemv_mma_steps(mma);
             for s in 0..4 {
                 codec.reset_slot(&gpu, s).expect("reset");
             }
@@ -173,7 +177,10 @@ fn fixture_streams_match_the_cpu_reference() {
             );
             check(&format!("{} whole vs CPU", c.name), p, &whole, &want);
             let (max, _) = errors(&whole, &c.official);
-            eprintln!("{} whole vs official [{p:?}]: max abs {max:.2e}", c.name);
+            eprintln!(
+                "{} whole vs official [{p:?}, GEMV on tensor cores from {mma} steps]: max abs {max:.2e}",
+                c.name
+            );
             if p == CodecPrecision::F32 {
                 assert!(max < 1e-3, "{}: whole vs official {max}", c.name);
             }
@@ -237,21 +244,24 @@ fn release_geometry_matches_the_cpu_reference() {
         .collect();
     let want = cpu_decode(&model, &codes);
     let mut codec = dev_codec(&gpu, &model, 2, 8);
-    // GEMMs of <= 8 steps on the GEMV (the default; f16 weights with F16) and all on cuBLAS; the f16
-    // convolutions as implicit GEMMs where they are narrow (the default), always or never
+    // GEMMs of <= 8 steps on the GEMV (the default; f16 weights with F16, those without a
+    // prologue also on tensor cores from 3 steps) and all on cuBLAS; the f16 convolutions
+    // as implicit GEMMs where they are narrow (the default), always or never
     use ImplicitConv::{All, Narrow, Off};
-    for (p, gemv, implicit) in [
-        (CodecPrecision::F32, true, Narrow),
-        (CodecPrecision::Tf32, true, Narrow),
-        (CodecPrecision::F32, false, Narrow),
-        (CodecPrecision::Tf32, false, Narrow),
-        (CodecPrecision::F16, true, Narrow),
-        (CodecPrecision::F16, false, Narrow),
-        (CodecPrecision::F16, true, All),
-        (CodecPrecision::F16, true, Off),
+    for (p, gemv, implicit, mma) in [
+        (CodecPrecision::F32, true, Narrow, 0),
+        (CodecPrecision::Tf32, true, Narrow, 0),
+        (CodecPrecision::F32, false, Narrow, 0),
+        (CodecPrecision::Tf32, false, Narrow, 0),
+        (CodecPrecision::F16, true, Narrow, 0),
+        (CodecPrecision::F16, true, Narrow, 3),
+        (CodecPrecision::F16, false, Narrow, 0),
+        (CodecPrecision::F16, true, All, 0),
+        (CodecPrecision::F16, true, Off, 0),
     ] {
         codec.set_precision(&gpu, p).expect("precision");
         codec.set_small_gemv(gemv);
+        codec.set_gemv_mma_steps(mma);
         codec.set_implicit_conv(implicit);
         codec.reset_slot(&gpu, 0).expect("reset");
         codec.reset_slot(&gpu, 1).expect("reset");
@@ -272,7 +282,7 @@ fn release_geometry_matches_the_cpu_reference() {
         let (m1, r1) = errors(&whole, &want);
         let (m2, r2) = errors(&chunked, &want);
         eprintln!(
-            "random:1.7b [{p:?}, small GEMV {gemv}, implicit {implicit:?}]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
+            "random:1.7b [{p:?}, small GEMV {gemv}, implicit {implicit:?}, tensor-core GEMV from {mma} steps]: whole max abs {m1:.2e} rms {r1:.2e}; chunked {m2:.2e} / {r2:.2e}"
         );
         let (max_tol, rms_tol) = match p {
             CodecPrecision::F32 => (RELEASE_F32_MAX, RELEASE_F32_RMS),
@@ -281,11 +291,11 @@ fn release_geometry_matches_the_cpu_reference() {
         };
         assert!(
             m1 < max_tol && r1 < rms_tol,
-            "whole [{p:?}, small GEMV {gemv}, implicit {implicit:?}]"
+            "whole [{p:?}, small GEMV {gemv}, implicit {implicit:?}, tensor-core GEMV from {mma} steps]"
         );
         assert!(
             m2 < max_tol && r2 < rms_tol,
-            "chunked [{p:?}, small GEMV {gemv}, implicit {implicit:?}]"
+            "chunked [{p:?}, small GEMV {gemv}, implicit {implicit:?}, tensor-core GEMV from {mma} steps]"
         );
     }
 }
