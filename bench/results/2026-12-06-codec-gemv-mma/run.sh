@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Same-lease comparison of the codec's few-step GEMVs on tensor cores (one build, knob
 # variants; repository root of the device machine, binaries gzipped in .device-carry/).
-# PART=check: gpu_codec (every codec parity test), then bench-stages at 1 and 2 rows,
-# variants alternating: from 3 steps (QWEN3_TTS_CODEC_GEMV_MMA=3), off (0), all (1).
-# PART=ncu: Nsight Compute's per-kernel times of a codec pass at one row, default and off.
-# PART=pcm: a request alone (--max-in-flight 1, rate 5) on fresh servers, off / default
-# alternating. Set PACK to an archive in the call's $OUT, then OUT to a scratch folder.
+# PART: one or more of check, ncu, pcm, run in that order.
+#   check: gpu_codec (every codec parity test), then bench-stages at 1 and 2 rows, variants
+#     alternating: from 3 steps (QWEN3_TTS_CODEC_GEMV_MMA=3), off (0), all (1).
+#   ncu: Nsight Compute's per-kernel times of a codec pass at one row, from 3 steps and off.
+#   pcm: a request alone (--max-in-flight 1, rate 5) on fresh servers, off and from 3
+#     steps alternating.
+# Set PACK to an archive in the call's $OUT, then OUT to a scratch folder.
 set -u
 D=.device-carry
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64 QWEN3_TTS_FIXTURES=$PWD/fixtures
@@ -24,13 +26,12 @@ stages() { # label mma-steps
     echo "$1 (mma from $2 steps) rc $?"
     grep -E "^codec_decode " "$OUT/st_$1.txt"
 }
-case ${PART:-check} in
-check)
+part_check() {
     timeout 150 /tmp/m/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1
     echo "codec rc $?"; grep -E "^test |test result" "$OUT/codec.txt"
     for r in 1 2; do stages ${r}_def 3; stages ${r}_off 0; stages ${r}_all 1; done
-    ;;
-ncu)
+}
+part_ncu() {
     for v in def:3 off:0; do
         QWEN3_TTS_CODEC_GEMV_MMA=${v#*:} timeout 200 /usr/local/cuda/bin/ncu --graph-profiling node \
             --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv \
@@ -38,8 +39,8 @@ ncu)
             --codec-frames 2 > /tmp/m/ncu_${v%%:*}.csv 2> "$OUT/ncu_${v%%:*}.err"
         echo "ncu ${v%%:*} rc $?"; gzip -c /tmp/m/ncu_${v%%:*}.csv > "$OUT/ncu_${v%%:*}.csv.gz"
     done
-    ;;
-pcm)
+}
+part_pcm() {
     sed -e "s#\$D/qwen3-tts#/tmp/m/qwen3-tts#g" -e "s#^source bench/device-env.sh#:#" \
         bench/e2e-sweep.sh > /tmp/m/sweep.sh
     for v in 1_off:0 2_def:3 3_off:0 4_def:3; do
@@ -52,6 +53,6 @@ pcm)
             1000 * v["tts_time_to_first_audio_seconds_sum"] / v["tts_time_to_first_audio_seconds_count"],
             v["tts_time_to_first_audio_seconds_count"] }' "$OUT/metrics_$label.txt"
     done
-    ;;
-esac
+}
+for part in ${PART:-check}; do "part_$part"; done
 if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$OUT" .; fi

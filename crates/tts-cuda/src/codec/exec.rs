@@ -198,8 +198,10 @@ pub fn gemv_choice(
 }
 
 /// Fewest steps of a few-step GEMV that runs on tensor cores by default
-/// (`QWEN3_TTS_CODEC_GEMV_MMA`; 0: never, until it has run on a GPU).
-pub const GEMV_MMA_STEPS: usize = 0;
+/// (`QWEN3_TTS_CODEC_GEMV_MMA`): from 3 steps a codec pass of 2 frames at one row took
+/// 0.646 / 0.648 ms on an H100 against 0.690 / 0.689 with none and 0.657 / 0.654 from 1
+/// step (`bench/results/2026-12-06-codec-gemv-mma`).
+pub const GEMV_MMA_STEPS: usize = 3;
 
 /// The `codec_gemv_mma.cu` entry point for an `n × k` GEMM over f16 weights whose rows
 /// are 16-byte aligned (`v16`; else 8-byte) and its blocks of 256 threads: 8 chunks of
