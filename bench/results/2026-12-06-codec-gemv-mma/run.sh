@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Same-lease comparison of the codec's few-step GEMVs on tensor cores (one build, knob
 # variants; repository root of the device machine, binaries gzipped in .device-carry/).
-# PART: one or more of check, ncu, pcm, run in that order.
+# PART: one or more of check, ncu, pcm, split (in the order given).
 #   check: gpu_codec (every codec parity test), then bench-stages at 1 and 2 rows, variants
 #     alternating: from 3 steps (QWEN3_TTS_CODEC_GEMV_MMA=3), off (0), all (1).
 #   ncu: Nsight Compute's per-kernel times of a codec pass at one row, from 3 steps and off.
 #   pcm: a request alone (--max-in-flight 1, rate 5) on fresh servers, off and from 3
 #     steps alternating.
+#   split (a build with cluster-split.patch applied; not kept): gpu_codec, then
+#     bench-stages at 1 and 2 rows with the rule's K split (QWEN3_TTS_CODEC_GEMV_MMA_SPLIT
+#     unset) and without (1), alternating, twice each; then Nsight Compute's per-kernel
+#     times of a codec pass at one row with the rule.
 # Set PACK to an archive in the call's $OUT, then OUT to a scratch folder.
 set -u
 D=.device-carry
@@ -19,12 +23,13 @@ done
 [ -d /tmp/m/kcache ] || tar xzf $D/kcache.tgz -C /tmp/m
 export QWEN3_TTS_KERNEL_CACHE=/tmp/m/kcache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-stages() { # label mma-steps
-    QWEN3_TTS_CODEC_GEMV_MMA=$2 timeout 200 /tmp/m/qwen3-tts bench-stages \
+stages() { # label mma-steps [env...]
+    local label=$1 steps=$2; shift 2
+    env QWEN3_TTS_CODEC_GEMV_MMA=$steps "$@" timeout 200 /tmp/m/qwen3-tts bench-stages \
         --batches "${BATCHES:-1,2}" --iters 30 --context 8 --codec-frames 2 \
-        --out "$OUT/st_$1.json" > "$OUT/st_$1.txt" 2>&1
-    echo "$1 (mma from $2 steps) rc $?"
-    grep -E "^codec_decode " "$OUT/st_$1.txt"
+        --out "$OUT/st_$label.json" > "$OUT/st_$label.txt" 2>&1
+    echo "$label (mma from $steps steps $*) rc $?"
+    grep -E "^codec_decode " "$OUT/st_$label.txt"
 }
 part_check() {
     timeout 150 /tmp/m/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1
@@ -53,6 +58,19 @@ part_pcm() {
             1000 * v["tts_time_to_first_audio_seconds_sum"] / v["tts_time_to_first_audio_seconds_count"],
             v["tts_time_to_first_audio_seconds_count"] }' "$OUT/metrics_$label.txt"
     done
+}
+part_split() {
+    timeout 150 /tmp/m/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1
+    echo "codec rc $?"; grep -E "^test |test result" "$OUT/codec.txt"
+    for r in 1 2; do
+        stages ${r}_rule 3
+        stages ${r}_s1 3 QWEN3_TTS_CODEC_GEMV_MMA_SPLIT=1
+    done
+    timeout 200 /usr/local/cuda/bin/ncu --graph-profiling node --cache-control none \
+        --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+        /tmp/m/qwen3-tts bench-stages --batches 1 --iters 1 --context 2 --codec-frames 2 \
+        > /tmp/m/ncu_rule.csv 2> "$OUT/ncu_rule.err"
+    echo "ncu rule rc $?"; gzip -c /tmp/m/ncu_rule.csv > "$OUT/ncu_rule.csv.gz"
 }
 for part in ${PART:-check}; do "part_$part"; done
 if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$OUT" .; fi
