@@ -230,50 +230,29 @@ fn codec_gemv(
     if steps == 0 {
         return Ok(());
     }
+    // the arguments both kernels take first
+    let args = [
+        Arg::P(w),
+        i(ldw),
+        i(n),
+        i(k),
+        Arg::P(x),
+        i(ldx),
+        Arg::P(c),
+        i(ldc),
+        i(steps),
+        Arg::F(beta),
+    ];
     // 8-byte weight pieces need rows of 4n halves at an 8-byte address, 16-byte ones 8n
     if half && pro == 0 && mma_steps > 0 && steps >= mma_steps && w.is_multiple_of(8) {
         let v16 = ldw.is_multiple_of(8) && w.is_multiple_of(16);
         let (name, blocks) = gemv_mma_choice(n, k, v16);
-        return gpu.launch(
-            name,
-            grid(blocks),
-            256,
-            &[
-                Arg::P(w),
-                i(ldw),
-                i(n),
-                i(k),
-                Arg::P(x),
-                i(ldx),
-                Arg::P(c),
-                i(ldc),
-                i(steps),
-                Arg::F(beta),
-            ],
-        );
+        return gpu.launch(name, grid(blocks), 256, &args);
     }
     let (name, ksplit, blocks) = gemv_choice(steps, n, k, half, gpu.sm_count as usize);
-    gpu.launch(
-        name,
-        grid(blocks),
-        256,
-        &[
-            Arg::P(w),
-            i(ldw),
-            i(n),
-            i(k),
-            Arg::P(x),
-            i(ldx),
-            Arg::P(c),
-            i(ldc),
-            i(steps),
-            Arg::F(beta),
-            i(ksplit),
-            Arg::I(pro),
-            Arg::P(g),
-            Arg::F(eps),
-        ],
-    )
+    let mut args = args.to_vec();
+    args.extend([i(ksplit), Arg::I(pro), Arg::P(g), Arg::F(eps)]);
+    gpu.launch(name, grid(blocks), 256, &args)
 }
 
 /// What every launch of one pass shares: slot state, pass metadata and row counts.
