@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Same-lease comparison of the codec's few-step GEMVs on tensor cores (one build, knob
 # variants; repository root of the device machine, binaries gzipped in .device-carry/).
-# PART: one or more of check, ncu, pcm, split (in the order given).
+# PART: one or more of check, ncu, pcm, final, split (in the order given).
 #   check: gpu_codec (every codec parity test), then bench-stages at 1 and 2 rows, variants
 #     alternating: from 3 steps (QWEN3_TTS_CODEC_GEMV_MMA=3), off (0), all (1).
 #   ncu: Nsight Compute's per-kernel times of a codec pass at one row, from 3 steps and off.
 #   pcm: a request alone (--max-in-flight 1, rate 5) on fresh servers, off and from 3
 #     steps alternating.
+#   final: gpu_codec, then bench-stages at 1, 2 and 32 rows with the defaults.
 #   split (a build with cluster-split.patch applied; not kept): gpu_codec, then
 #     bench-stages at 1 and 2 rows with the rule's K split (QWEN3_TTS_CODEC_GEMV_MMA_SPLIT
 #     unset) and without (1), alternating, twice each; then Nsight Compute's per-kernel
@@ -71,6 +72,14 @@ part_split() {
         /tmp/m/qwen3-tts bench-stages --batches 1 --iters 1 --context 2 --codec-frames 2 \
         > /tmp/m/ncu_rule.csv 2> "$OUT/ncu_rule.err"
     echo "ncu rule rc $?"; gzip -c /tmp/m/ncu_rule.csv > "$OUT/ncu_rule.csv.gz"
+}
+part_final() {
+    timeout 150 /tmp/m/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1
+    echo "codec rc $?"; grep -E "test result" "$OUT/codec.txt"
+    timeout 200 /tmp/m/qwen3-tts bench-stages --batches 1,2,32 --iters 30 --context 8 \
+        --codec-frames 2 --out "$OUT/st_final.json" > "$OUT/st_final.txt" 2>&1
+    echo "final stages rc $?"
+    grep -E "^(prefill|code_predictor|talker_step|codec_decode) " "$OUT/st_final.txt"
 }
 for part in ${PART:-check}; do "part_$part"; done
 if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$OUT" .; fi
