@@ -6,8 +6,10 @@
 //! each slot's position and history parity. A `decode` call appends frames to each row's
 //! stream: it is split into passes (at most `frames_cap` frames, each slot once), and a
 //! pass is one input copy, 142 ops (kernels of `kernels/codec.cu`; GEMMs on cuBLAS with f32
-//! data, TF32 tensor cores by default, or, at most 8 steps, one exact-f32 GEMV launch of
-//! `kernels/codec_gemv.cu`; with f16 convolutions, the narrow ones of large passes as an
+//! data, TF32 tensor cores by default, or, at most 8 steps, one GEMV launch of
+//! `kernels/codec_gemv.cu` with exact f32 products, or from 3 steps without a folded norm
+//! or SwiGLU of `kernels/codec_gemv_mma.cu` on tensor cores, the input split into f16 hi +
+//! lo parts; with f16 convolutions, the narrow ones of large passes as an
 //! implicit GEMM of `kernels/codec_conv.cu` instead of im2col + cuBLAS), and one copy of
 //! the PCM back. The few-step GEMVs and the attention are launched with programmatic
 //! dependent launch ([`PDL_KERNELS`]: their weights and cached rows load while the kernel
