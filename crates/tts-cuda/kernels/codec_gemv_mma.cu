@@ -40,11 +40,11 @@ __device__ __forceinline__ uint4 cgm_piece(const unsigned short* p, int k, int K
 
 // (x0, x1) as an f16 pair of hi parts (x0 in the low half) and of lo parts.
 __device__ __forceinline__ void cgm_split2(float x0, float x1, unsigned& hi, unsigned& lo) {
-    const unsigned short h0 = f2h_sat(x0), h1 = f2h_sat(x1);
-    const unsigned short l0 = f2h_sat(x0 - half_bits_to_f32(h0));
-    const unsigned short l1 = f2h_sat(x1 - half_bits_to_f32(h1));
-    hi = (unsigned)h0 | ((unsigned)h1 << 16);
-    lo = (unsigned)l0 | ((unsigned)l1 << 16);
+    unsigned h0, l0, h1, l1;
+    f2h_split(x0, h0, l0);
+    f2h_split(x1, h1, l1);
+    hi = h0 | (h1 << 16);
+    lo = l0 | (l1 << 16);
 }
 
 template <int U, bool V16>

@@ -40,6 +40,13 @@ __device__ __forceinline__ void mma_f16(float* c, unsigned a0, unsigned a1, unsi
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// x as f16 bits hi = f16(x) and lo = f16(x - hi), both saturated: ~22 bits of x in two
+// halves (gemv8_mma.cu's split rows, codec_gemv_mma.cu's inputs).
+__device__ __forceinline__ void f2h_split(float x, unsigned& hi, unsigned& lo) {
+    hi = f2h_sat(x);
+    lo = f2h_sat(x - half_bits_to_f32(hi));
+}
+
 // Round-to-nearest-even f32 -> bf16 (NaN kept quiet).
 __device__ __forceinline__ bf16 f2bf(float f) {
     unsigned int u = __float_as_uint(f);

@@ -69,10 +69,7 @@ __device__ __forceinline__ void g8t_fill(unsigned* sx, const float4 (&xg)[M][XR]
             const float v[4] = {x.x * scale[m], x.y * scale[m], x.z * scale[m], x.w * scale[m]};
             unsigned hi[4], lo[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                hi[e] = f2h_sat(v[e]);
-                lo[e] = f2h_sat(v[e] - half_bits_to_f32(hi[e]));
-            }
+            for (int e = 0; e < 4; e++) f2h_split(v[e], hi[e], lo[e]);
             unsigned* p = sx + ((c * 4 + t) * 2 * M + 2 * m) * 8 + 2 * j;
             *(uint2*)p = make_uint2(hi[0] | hi[2] << 16, hi[1] | hi[3] << 16);
             *(uint2*)(p + 8) = make_uint2(lo[0] | lo[2] << 16, lo[1] | lo[3] << 16);

@@ -19,6 +19,9 @@ struct GemvCase {
     float beta;
 };
 
+// codec_gemv_mma.cu's entry points (over the f16 weights, no prologue)
+static bool is_mma(const std::string& kernel) { return kernel.rfind("codec_gemv_mma", 0) == 0; }
+
 template <typename WT>
 static void launch(const GemvCase& c, const WT* W, const float* X, float* C, const float* g, float eps) {
     emu::launch(dim3(c.blocks), dim3(256), 0, 1, [&] {
@@ -29,7 +32,7 @@ static void launch(const GemvCase& c, const WT* W, const float* X, float* C, con
             else if (c.kernel == "codec_gemv_m4") codec_gemv_m4(GEMV_ARGS);
             else if (c.kernel == "codec_gemv_m8") codec_gemv_m8(GEMV_ARGS);
             else emu::fail("unknown f32 kernel");
-        } else if (c.kernel.rfind("codec_gemv_mma", 0) == 0) {
+        } else if (is_mma(c.kernel)) {
             if (c.pro != 0) emu::fail("codec_gemv_mma* has no prologue");
 #define MMA_ARGS W, c.K, c.N, c.K, X, c.ldx, C, c.ldc, c.steps, c.beta
             if (c.kernel == "codec_gemv_mma4") codec_gemv_mma4(MMA_ARGS);
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
         for (int j = 0; j < 8; j++) *f[j] = std::atoi(argv[i + 1 + j]);
         c.beta = (float)std::atof(argv[i + 9]);
         c.pro = std::atoi(argv[i + 10]);
-        if (c.kernel.rfind("codec_gemv_h", 0) == 0 || c.kernel.rfind("codec_gemv_mma", 0) == 0)
+        if (c.kernel.rfind("codec_gemv_h", 0) == 0 || is_mma(c.kernel))
             run_case<uint16_t>(c);
         else
             run_case<float>(c);
