@@ -355,7 +355,12 @@ impl Gpu {
         let tile_wg = tiles && arch == "sm_90a" && {
             let sizes =
                 crate::linear::TILE_WG_KERNELS.map(|(k, mt)| (k, crate::linear::tile_wg_smem(mt)));
-            usable("warpgroup tile linear kernels", allow_smem(&funcs, sizes))
+            let deep = crate::linear::TILE_WG_DEEP_KERNELS
+                .map(|(k, mt)| (k, crate::linear::tile_wg_deep_smem(mt)));
+            usable(
+                "warpgroup tile linear kernels",
+                allow_smem(&funcs, sizes.into_iter().chain(deep)),
+            )
         };
         // wide.cu stages its rows in up to WIDE_SMEM bytes of shared memory
         let wides = maj >= 9 && {
