@@ -132,6 +132,29 @@ fn set_dynamic_smem(f: &CudaFunction, bytes: usize) -> Result<(), CudaError> {
 }
 
 /// Lets each kernel of `sizes` take that many bytes of dynamic shared memory.
+/// Every kernel [`Gpu::open`] looks up in the module, and whether it launches with
+/// programmatic dependent launch (the codec's other kernels and the persistent ones do not).
+pub fn looked_up_kernels() -> Vec<(&'static str, bool)> {
+    let tables = [
+        &crate::linear::TILE_KERNELS[..],
+        &crate::linear::TILE_WG_KERNELS,
+        &crate::linear::TILE_WG_DEEP_KERNELS,
+        &crate::linear::WIDE_KERNELS,
+    ];
+    let pdl = KERNELS
+        .iter()
+        .chain(CLUSTER_KERNELS)
+        .copied()
+        .chain(tables.into_iter().flatten().map(|&(k, _)| k))
+        .chain(crate::codec::PDL_KERNELS.iter().copied())
+        .map(|k| (k, true));
+    let plain = crate::codec::KERNELS
+        .iter()
+        .chain(PERSISTENT_KERNELS)
+        .map(|&k| (k, false));
+    pdl.chain(plain).collect()
+}
+
 fn allow_smem(
     funcs: &HashMap<&'static str, (CudaFunction, bool)>,
     sizes: impl IntoIterator<Item = (&'static str, usize)>,
@@ -292,22 +315,10 @@ impl Gpu {
         let cubin = compile::module_cubin(&arch)?;
         let module = ctx.load_module(Ptx::from_binary(cubin))?;
         let mut funcs = HashMap::new();
-        let tile_names = crate::linear::TILE_KERNELS.map(|(k, _)| k);
-        let tile_wg_names = crate::linear::TILE_WG_KERNELS.map(|(k, _)| k);
+        for (k, pdl) in looked_up_kernels() {
+            funcs.insert(k, (module.load_function(k)?, pdl));
+        }
         let wide_names = crate::linear::WIDE_KERNELS.map(|(k, _)| k);
-        for &k in KERNELS
-            .iter()
-            .chain(CLUSTER_KERNELS)
-            .chain(&tile_names)
-            .chain(&tile_wg_names)
-            .chain(&wide_names)
-            .chain(crate::codec::PDL_KERNELS)
-        {
-            funcs.insert(k, (module.load_function(k)?, true));
-        }
-        for &k in crate::codec::KERNELS.iter().chain(PERSISTENT_KERNELS) {
-            funcs.insert(k, (module.load_function(k)?, false));
-        }
         let sm_count = ctx
             .attribute(dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
             .max(1) as u32;
@@ -595,6 +606,30 @@ pub enum GemmType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every entry point a launch table names, and every kernel given more shared memory at
+    /// start-up, is looked up when the device opens (a name missing there turns its whole
+    /// group of kernels off at start-up, with only a warning).
+    #[test]
+    fn every_launch_table_entry_is_looked_up() {
+        let looked: std::collections::HashSet<&str> =
+            looked_up_kernels().into_iter().map(|(k, _)| k).collect();
+        let tables = [
+            &crate::linear::TILE_KERNELS[..],
+            &crate::linear::TILE_WG_KERNELS,
+            &crate::linear::TILE_WG_DEEP_KERNELS,
+            &crate::linear::WIDE_KERNELS,
+            &crate::linear::STAGED_MMA_KERNELS,
+        ];
+        let names = tables
+            .into_iter()
+            .flatten()
+            .map(|&(k, _)| k)
+            .chain(STAGED_SMEM.iter().map(|&(k, _)| k));
+        for k in names {
+            assert!(looked.contains(k), "{k} is launched but not looked up");
+        }
+    }
 
     #[test]
     fn sampler_blocks_halve_past_one_row_per_multiprocessor() {

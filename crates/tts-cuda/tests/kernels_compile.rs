@@ -33,15 +33,7 @@ fn kernels_compile_for_sm90a() {
             );
             // An extern "C" kernel's name sits in the CUBIN's symbol table as a
             // NUL-terminated string.
-            let names = tts_cuda::device::KERNELS
-                .iter()
-                .chain(tts_cuda::device::CLUSTER_KERNELS)
-                .chain(tts_cuda::codec::KERNELS)
-                .chain(tts_cuda::codec::PDL_KERNELS)
-                .chain(tts_cuda::device::PERSISTENT_KERNELS)
-                .chain(tts_cuda::linear::TILE_KERNELS.iter().map(|(k, _)| k))
-                .chain(tts_cuda::linear::TILE_WG_KERNELS.iter().map(|(k, _)| k));
-            for name in names {
+            for (name, _) in tts_cuda::device::looked_up_kernels() {
                 let needle = [b"\0", name.as_bytes(), b"\0"].concat();
                 assert!(
                     cubin.windows(needle.len()).any(|w| w == needle.as_slice()),
