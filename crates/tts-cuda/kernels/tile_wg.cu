@@ -28,12 +28,8 @@
 // Inbox row stride (floats): 128 outputs and one of padding.
 #define TILE_WG_LD (TILE_N + 1)
 // Pipeline stages by row tiles: 4 for up to 16 rows (two blocks of 97 KiB still fit a
-// multiprocessor), else tile.cu's 3 (linear::tile_wg_stages). The deep entries (`_d`) keep
-// more k-tiles in flight, one block per multiprocessor (linear::tile_wg_deep_stages): for
-// launches of at most one block per multiprocessor anyway, whose 2-3 tiles in flight per
-// block (32-48 KiB) are what a block's loads wait on.
+// multiprocessor), else tile.cu's 3 (linear::tile_wg_stages).
 #define TILE_WG_STAGES(MT) ((MT) == 2 ? 4 : TILE_STAGES)
-#define TILE_WG_DEEP_STAGES(MT) ((MT) == 8 ? 5 : 8)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // A shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes
@@ -103,7 +99,7 @@ struct TileChain {
     float* ss_out;
 };
 
-template <int MT, int STAGES>
+template <int MT>
 __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, int K,
                                              const bf16* __restrict__ xb, int M,
                                              const float* __restrict__ bias, int act,
@@ -112,6 +108,7 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char tile_smem[];
     constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
+    constexpr int STAGES = TILE_WG_STAGES(MT);
     static_assert(STAGE % 1024 == 0, "stages on 1024-byte boundaries");
     const unsigned base = (smem_addr(tile_smem) + 1023u) & ~1023u;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -236,18 +233,15 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
 }
 
 // tile.cu's entry point arguments, then the chain's (TileChain, in its order).
-#define TILE_WG_KERNEL(NAME, MT, STAGES)                                                        \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS) NAME(                            \
+#define TILE_WG_KERNEL(MT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS) tile_wg_linear_t##MT(            \
         const bf16* __restrict__ W, int N, int K, const bf16* __restrict__ xb, int M,           \
         const float* __restrict__ bias, int act, const float* res, int ldr, float* Y, int ldy, \
         const float* ss_in, float eps, bf16* xo, const float* xo_g, float* ss_out) {            \
-        tile_wg_body<MT, STAGES>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy,                   \
-                                 TileChain{ss_in, eps, xo, xo_g, ss_out});                      \
+        tile_wg_body<MT>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy,                           \
+                         TileChain{ss_in, eps, xo, xo_g, ss_out});                              \
     }
 
-TILE_WG_KERNEL(tile_wg_linear_t2, 2, TILE_WG_STAGES(2))
-TILE_WG_KERNEL(tile_wg_linear_t4, 4, TILE_WG_STAGES(4))
-TILE_WG_KERNEL(tile_wg_linear_t8, 8, TILE_WG_STAGES(8))
-TILE_WG_KERNEL(tile_wg_linear_t2_d, 2, TILE_WG_DEEP_STAGES(2))
-TILE_WG_KERNEL(tile_wg_linear_t4_d, 4, TILE_WG_DEEP_STAGES(4))
-TILE_WG_KERNEL(tile_wg_linear_t8_d, 8, TILE_WG_DEEP_STAGES(8))
+TILE_WG_KERNEL(2)
+TILE_WG_KERNEL(4)
+TILE_WG_KERNEL(8)

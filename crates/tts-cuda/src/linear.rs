@@ -23,8 +23,8 @@ use tts_model::fp8::Fp8Rows;
 use crate::device::{Arg, DBuf, Gpu};
 use crate::error::CudaError;
 pub use crate::routing::{
-    cluster_split, tile_split, wide_split, Fp8Gemv, LinearPath, LinearPaths, TileDepth,
-    CLUSTER_MAX_SLICE, GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
+    cluster_split, tile_split, wide_split, Fp8Gemv, LinearPath, LinearPaths, CLUSTER_MAX_SLICE,
+    GEMV_MAX_ROWS, MMA_MAX_ROWS, TILE_K, TILE_N, WIDE_N,
 };
 use norm_chain::{NormChain, NormRows};
 use staged::{staged_gemv_plan, staged_mma, staged_mma_call};
@@ -33,8 +33,7 @@ pub use staged::{
     STAGED_MAX_SMEM, STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
 };
 pub use tile::{
-    tile_kernel, tile_smem, tile_wg_deep_smem, tile_wg_deep_stages, tile_wg_smem, tile_wg_stages,
-    TILE_KERNELS, TILE_WG_DEEP_KERNELS, TILE_WG_KERNELS,
+    tile_kernel, tile_smem, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_KERNELS,
 };
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8

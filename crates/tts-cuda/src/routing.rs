@@ -167,44 +167,6 @@ pub fn wide_split(n: usize, k: usize) -> Option<usize> {
         .or(valid.last().copied())
 }
 
-/// Which `tile_wg.cu` launches run the deep pipeline (`linear::TILE_WG_DEEP_KERNELS`: 4-7
-/// k-tiles in flight per block, one block per multiprocessor) instead of the usual one (2-3
-/// tiles in flight, two blocks per multiprocessor fit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TileDepth {
-    /// Never.
-    #[default]
-    Usual,
-    /// Launches of at most one block per multiprocessor: they leave the room unused anyway.
-    OneWave,
-    /// Every launch (a launch of more blocks than multiprocessors then runs in waves).
-    Deep,
-}
-
-impl TileDepth {
-    /// Whether a launch of `blocks` blocks on `sms` multiprocessors takes the deep entries.
-    pub fn deep(self, blocks: usize, sms: usize) -> bool {
-        match self {
-            Self::Usual => false,
-            Self::OneWave => blocks <= sms,
-            Self::Deep => true,
-        }
-    }
-}
-
-impl std::str::FromStr for TileDepth {
-    type Err = String;
-    /// `usual`, `one-wave` or `deep`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "usual" | "0" => Ok(Self::Usual),
-            "one-wave" => Ok(Self::OneWave),
-            "deep" => Ok(Self::Deep),
-            other => Err(format!("expected usual, one-wave or deep, not {other:?}")),
-        }
-    }
-}
-
 /// The rows bucket a measured choice covers (3..=4, 5..=8, 9..=16, 17..=32, 33..=64 rows).
 fn rows_bucket(m: usize) -> Option<usize> {
     match m {
@@ -230,8 +192,6 @@ pub struct LinearPaths {
     /// [`LinearPath::Tile`] multiplies with warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp MMA: the device has it, and it is wanted.
     pub tile_wg: bool,
-    /// Which `tile_wg.cu` launches take the deep pipeline's entries (`CudaOptions::tile_wg_depth`).
-    pub tile_wg_depth: TileDepth,
     /// The device runs `wide.cu` ([`LinearPath::Wide`]), and it is wanted.
     pub wide: bool,
     /// A cuBLAS epilogue writes the split input rows of the layer that reads its output

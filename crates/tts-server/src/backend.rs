@@ -94,11 +94,6 @@ pub fn create_cuda(
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
         // tile.cu's path with warpgroup MMA (tile_wg.cu; 0: tile.cu's warp MMA)
         tile_wgmma: on_unless_zero("QWEN3_TTS_TILE_WGMMA"),
-        // which tile_wg.cu launches run the deep pipeline: usual (none), one-wave, deep (all)
-        tile_wg_depth: parsed_knob(
-            "QWEN3_TTS_TILE_WG_DEPTH",
-            tts_cuda::CudaOptions::default().tile_wg_depth,
-        )?,
         // wide.cu for 17..=64 rows (=1; off by default: slower on the H200)
         wide_linear: std::env::var("QWEN3_TTS_WIDE_LINEAR").is_ok_and(|v| v == "1"),
         // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)

@@ -66,9 +66,6 @@ pub struct CudaOptions {
     /// Let that path multiply with Hopper's warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp-level MMA, where the device has it; off: `tile.cu`.
     pub tile_wgmma: bool,
-    /// Which `tile_wg.cu` launches keep more k-tiles in flight (`routing::TileDepth`: its
-    /// deep entries, one block per multiprocessor).
-    pub tile_wg_depth: crate::linear::TileDepth,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static
     /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
@@ -294,7 +291,6 @@ impl Default for CudaOptions {
             cluster_linear: true,
             tile_linear: true,
             tile_wgmma: true,
-            tile_wg_depth: crate::linear::TileDepth::default(),
             wide_linear: false,
             chain_split: true,
             chain_attention: true,

@@ -32,22 +32,11 @@ pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
     ("tile_wg_linear_t8", 8),
 ];
 
-/// `tile_wg.cu`'s deep-pipeline entry points ([`tile_wg_deep_stages`]), by the same rows.
-pub const TILE_WG_DEEP_KERNELS: [(&str, usize); 3] = [
-    ("tile_wg_linear_t2_d", 2),
-    ("tile_wg_linear_t4_d", 4),
-    ("tile_wg_linear_t8_d", 8),
-];
-
 /// The entry point a call of `m` rows launches: (name, row tiles of 8) of [`TILE_KERNELS`],
-/// or with `wg` (`paths.tile_wg`) of [`TILE_WG_KERNELS`], or with `deep` too of
-/// [`TILE_WG_DEEP_KERNELS`]: the fewest row tiles that hold `m` (up to 64).
-pub fn tile_kernel(m: usize, wg: bool, deep: bool) -> (&'static str, usize) {
-    let entries = match (wg, deep) {
-        (false, _) => TILE_KERNELS,
-        (true, false) => TILE_WG_KERNELS,
-        (true, true) => TILE_WG_DEEP_KERNELS,
-    };
+/// or of [`TILE_WG_KERNELS`] with `wg` (`paths.tile_wg`): the fewest row tiles that hold
+/// `m` (up to 64).
+pub fn tile_kernel(m: usize, wg: bool) -> (&'static str, usize) {
+    let entries = if wg { TILE_WG_KERNELS } else { TILE_KERNELS };
     match m {
         0..=16 => entries[0],
         17..=32 => entries[1],
@@ -60,28 +49,9 @@ pub fn tile_kernel(m: usize, wg: bool, deep: bool) -> (&'static str, usize) {
 /// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
 /// senders × local rows <= 8 `mt` + 14 for up to 8 senders).
 pub const fn tile_wg_smem(mt: usize) -> usize {
-    tile_wg_smem_of(tile_wg_stages(mt), mt)
-}
-
-/// The same for a deep entry ([`TILE_WG_DEEP_KERNELS`]).
-pub const fn tile_wg_deep_smem(mt: usize) -> usize {
-    tile_wg_smem_of(tile_wg_deep_stages(mt), mt)
-}
-
-const fn tile_wg_smem_of(stages: usize, mt: usize) -> usize {
-    stages * (TILE_N + 16 * mt) * TILE_K * 2
+    tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2
         + 1024
         + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
-}
-
-/// Pipeline stages of a deep `tile_wg.cu` block (`TILE_WG_DEEP_STAGES`): 8, or 5 for up to
-/// 64 rows; one block per multiprocessor (up to 217 KiB of shared memory).
-pub const fn tile_wg_deep_stages(mt: usize) -> usize {
-    if mt == 8 {
-        5
-    } else {
-        8
-    }
 }
 
 /// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 16 rows, else 3.
@@ -112,13 +82,7 @@ pub(super) fn tile(
     let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
     let wg = scratch.paths.tile_wg;
-    let blocks = splits * (l.n / TILE_N);
-    let deep = wg
-        && scratch
-            .paths
-            .tile_wg_depth
-            .deep(blocks, gpu.sm_count as usize);
-    let (name, mt) = tile_kernel(m, wg, deep);
+    let (name, mt) = tile_kernel(m, wg);
     let mut args = split_rows_args(l, scratch.split_buf(input.buf), c).to_vec();
     let out = wg
         .then(|| chain_to(gpu, l, c, scratch, input, next))
@@ -142,11 +106,7 @@ pub(super) fn tile(
         ]);
     }
     let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
-    let smem = match (wg, deep) {
-        (false, _) => tile_smem(mt),
-        (true, false) => tile_wg_smem(mt),
-        (true, true) => tile_wg_deep_smem(mt),
-    } as u32;
+    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) } as u32;
     if splits == 1 {
         gpu.launch_with(name, grid, 256, smem, &args)?;
     } else {
@@ -192,8 +152,7 @@ fn chain_to(
 
 #[cfg(test)]
 mod tests {
-    use super::{tile_wg_deep_smem, tile_wg_deep_stages, tile_wg_smem, tile_wg_stages};
-    use super::{TILE_K, TILE_MAX_SPLITS, TILE_N};
+    use super::{tile_wg_smem, tile_wg_stages, TILE_K, TILE_MAX_SPLITS, TILE_N};
 
     /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
     /// every cluster size, each row has exactly one finishing rank and local row, the
@@ -203,19 +162,9 @@ mod tests {
     /// reserved per block), every kernel one (227 KiB at most).
     #[test]
     fn tile_wg_inbox_fits_and_every_row_has_one_finisher() {
-        let kinds = [
-            (
-                tile_wg_stages as fn(usize) -> usize,
-                tile_wg_smem as fn(usize) -> usize,
-            ),
-            (tile_wg_deep_stages, tile_wg_deep_smem),
-        ];
-        for (mt, (stages, smem)) in [2usize, 4, 8]
-            .into_iter()
-            .flat_map(|mt| kinds.map(|k| (mt, k)))
-        {
-            let pipeline = stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
-            assert!(smem(mt) <= 227 << 10, "mt {mt}");
+        for mt in [2usize, 4, 8] {
+            let pipeline = tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
+            assert!(tile_wg_smem(mt) <= 227 << 10, "mt {mt}");
             for splits in [1usize, 2, 4, 8] {
                 assert!(splits <= TILE_MAX_SPLITS);
                 for rows in 1..=8 * mt {
@@ -223,7 +172,7 @@ mod tests {
                     let local_rows = 2 * pairs.div_ceil(splits);
                     let inbox = splits * local_rows * (TILE_N + 1) * 4;
                     assert!(
-                        pipeline + 1023 + inbox <= smem(mt),
+                        pipeline + 1023 + inbox <= tile_wg_smem(mt),
                         "mt {mt}, {splits} splits, {rows} rows"
                     );
                     // where the senders put row m

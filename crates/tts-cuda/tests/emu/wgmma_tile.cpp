@@ -34,9 +34,6 @@ Entry entry(const std::string& name) {
     if (name == "tile_wg_linear_t2") return tile_wg_linear_t2;
     if (name == "tile_wg_linear_t4") return tile_wg_linear_t4;
     if (name == "tile_wg_linear_t8") return tile_wg_linear_t8;
-    if (name == "tile_wg_linear_t2_d") return tile_wg_linear_t2_d;
-    if (name == "tile_wg_linear_t4_d") return tile_wg_linear_t4_d;
-    if (name == "tile_wg_linear_t8_d") return tile_wg_linear_t8_d;
     if (name == "tile_linear_t2") return TILE_MMA_ENTRY(tile_linear_t2);
     if (name == "tile_linear_t4") return TILE_MMA_ENTRY(tile_linear_t4);
     if (name == "tile_linear_t8") return TILE_MMA_ENTRY(tile_linear_t8);

@@ -4,8 +4,7 @@
 //! against hand-built tiles first, then the kernels on the backend's launch plans.
 
 use crate::run_emulated;
-use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_deep_smem, tile_wg_smem};
-use tts_cuda::linear::{TILE_K, TILE_N};
+use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_smem, TILE_K, TILE_N};
 
 /// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue; the
 /// driver dispatches tile.cu's entry points too: `tile.rs`).
@@ -53,43 +52,23 @@ pub(crate) struct Call {
 }
 
 /// The driver's arguments for `shape` at `m` rows on the launch the backend makes
-/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, its deep
-/// pipeline's with `deep` too, else tile.cu's), `tile_split`'s cluster size, `n / 128`
-/// column blocks and the entry's shared memory (`tile_wg_smem`, `tile_wg_deep_smem` or
-/// `tile_smem`).
+/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, else
+/// tile.cu's), `tile_split`'s cluster size, `n / 128` column blocks and the entry's shared
+/// memory (`tile_wg_smem` or `tile_smem`).
 pub(crate) fn case(args: &mut Vec<String>, wg: bool, shape: (usize, usize), m: usize, call: Call) {
-    case_of(args, (wg, false), shape, m, call);
-}
-
-/// [`case`] on a deep `tile_wg.cu` entry.
-fn deep_case(args: &mut Vec<String>, shape: (usize, usize), m: usize, call: Call) {
-    case_of(args, (true, true), shape, m, call);
-}
-
-fn case_of(
-    args: &mut Vec<String>,
-    (wg, deep): (bool, bool),
-    shape: (usize, usize),
-    m: usize,
-    call: Call,
-) {
     let (n, k) = shape;
     assert!(n % TILE_N == 0);
     let splits = tile_split(n, k).unwrap_or_else(|| panic!("the tile kernels take {n}x{k}"));
     // whole 64-wide K tiles per block of the cluster
     assert!((k / splits).is_multiple_of(TILE_K));
-    let (name, mt) = tile_kernel(m, wg, deep);
+    let (name, mt) = tile_kernel(m, wg);
     assert!(m <= 8 * mt);
     assert!(
         wg || !(call.ss_in || call.xo || call.xo_g || call.ss_out),
         "tile.cu has no chain"
     );
     args.push(name.to_string());
-    let smem = match (wg, deep) {
-        (false, _) => tile_smem(mt),
-        (true, false) => tile_wg_smem(mt),
-        (true, true) => tile_wg_deep_smem(mt),
-    };
+    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) };
     let fields = [n, k, m, splits, smem, call.act];
     let flags = [
         call.bias,
@@ -194,65 +173,6 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
     case(&mut args, true, (256, 192), 5, single);
     run_emulated(
         "tile_wg_t4_t8_and_single_blocks_match_the_reference",
-        "wgmma_tile.cpp",
-        FILES,
-        &args,
-    );
-}
-
-/// The deep-pipeline entries (`tile_wg_linear_t*_d`: 8 stages, 5 at up to 64 rows) on the
-/// talker's matrices: fewer K tiles per block than the pipeline holds (O, clusters of 8:
-/// 4 tiles), exactly as many (QKV at 16 rows: 8), and more, so the ring wraps (down at 32
-/// rows: 12 tiles; QKV at 40 rows on `t8_d`: 8 tiles in 5 stages); with the chain's
-/// deferred norm and split-row writes, SwiGLU pairs and a residual in place.
-#[test]
-fn tile_wg_deep_entries_match_the_reference() {
-    let mut args = Vec::new();
-    let chained = Call {
-        res: true,
-        in_place: true,
-        xo: true,
-        xo_g: true,
-        ss_out: true,
-        again: true,
-        ..Call::default()
-    };
-    deep_case(&mut args, O, 9, chained);
-    let deferred = Call {
-        ss_in: true,
-        ..Call::default()
-    };
-    deep_case(&mut args, QKV, 16, deferred);
-    deep_case(
-        &mut args,
-        DOWN,
-        32,
-        Call {
-            res: true,
-            in_place: true,
-            ..Call::default()
-        },
-    );
-    deep_case(
-        &mut args,
-        QKV,
-        40,
-        Call {
-            act: 1,
-            bias: true,
-            res: true,
-            ..Call::default()
-        },
-    );
-    let gate_up = Call {
-        act: 2,
-        xo: true,
-        again: true,
-        ..deferred
-    };
-    deep_case(&mut args, GATE_UP, 20, gate_up);
-    run_emulated(
-        "tile_wg_deep_entries_match_the_reference",
         "wgmma_tile.cpp",
         FILES,
         &args,
