@@ -2,7 +2,7 @@
 # Device script of 2026-12-06 (evening): the tree checked whole, the stages by rows, and
 # where the batched tensor-core linear layers (tile_wg.cu) spend their time. Repository
 # root of the device machine; binaries in .device-carry/ (gzipped or not).
-# PART: one or more of check, stages, ncu, pcm (in the order given).
+# PART: one or more of check, stages, ncu, depth, alias, pcm (in the order given).
 #   check: gpu_parity (the tests PARITY_FILTER names, else all), gpu_codec, gpu_sampling.
 #   stages: bench-stages at 1, 2, 8, 16, 32 and 64 rows (or BATCHES).
 #   ncu: Nsight Compute sections (speed of light, memory, warp states, launch, occupancy,
@@ -11,6 +11,8 @@
 #   depth (a build with deep-pipeline.patch applied): bench-stages at 1, 2, 8, 16 and 32 rows
 #     (prefill of 16 tokens included) with each
 #     QWEN3_TTS_TILE_WG_DEPTH (usual, one-wave, deep), alternating, twice each.
+#   alias: bench-stages at 1, 2, 16 and 32 rows with QWEN3_TTS_TILE_WG_ALIAS=0 and 1,
+#     alternating, twice each; then gpu_parity's aliased_tile test.
 #   pcm: a request alone (--max-in-flight 1, rate 5) on a fresh server, twice (PCM_RUNS
 #     names the runs).
 # Set PACK to an archive in the call's $OUT, then OUT to a scratch folder.
@@ -69,6 +71,19 @@ part_depth() {
             grep -E "^(prefill|code_predictor|talker_step) " "$OUT/depth_${v}_$round.txt"
         done
     done
+}
+part_alias() {
+    for round in 1 2; do
+        for v in 0 1; do
+            QWEN3_TTS_TILE_WG_ALIAS=$v timeout 200 /tmp/m/qwen3-tts bench-stages --batches 1,2,16,32 \
+                --iters 30 --context 8 --codec-frames 2 --out "$OUT/alias_${v}_$round.json" \
+                > "$OUT/alias_${v}_$round.txt" 2>&1
+            echo "alias $v round $round rc $?"
+            grep -E "^(prefill|code_predictor|talker_step) " "$OUT/alias_${v}_$round.txt"
+        done
+    done
+    timeout 200 /tmp/m/gpu_parity --test-threads=1 aliased_tile > "$OUT/parity_alias.txt" 2>&1
+    echo "parity rc $?"; grep -E "^test |test result" "$OUT/parity_alias.txt"
 }
 part_pcm() {
     sed -e "s#\$D/qwen3-tts#/tmp/m/qwen3-tts#g" -e "s#^source bench/device-env.sh#:#" \

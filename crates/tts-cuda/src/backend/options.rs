@@ -66,6 +66,11 @@ pub struct CudaOptions {
     /// Let that path multiply with Hopper's warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp-level MMA, where the device has it; off: `tile.cu`.
     pub tile_wgmma: bool,
+    /// Let `tile_wg.cu` launches take its aliased entries (`linear::TILE_WG_ALIASED_KERNELS`):
+    /// the inbox of partial sums over the pipeline's buffers (the cluster meets once more
+    /// first) and one more pipeline stage (5 up to 16 rows, 4 up to 32), two blocks per
+    /// multiprocessor still. Off: the inbox after the pipeline.
+    pub tile_wg_alias: bool,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static
     /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
@@ -291,6 +296,7 @@ impl Default for CudaOptions {
             cluster_linear: true,
             tile_linear: true,
             tile_wgmma: true,
+            tile_wg_alias: false,
             wide_linear: false,
             chain_split: true,
             chain_attention: true,

@@ -32,11 +32,24 @@ pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
     ("tile_wg_linear_t8", 8),
 ];
 
+/// `tile_wg.cu`'s aliased entry points: the inbox over the pipeline's buffers, and one more
+/// stage where two blocks still fit a multiprocessor ([`tile_wg_aliased_stages`]), by the same
+/// rows.
+pub const TILE_WG_ALIASED_KERNELS: [(&str, usize); 3] = [
+    ("tile_wg_linear_t2_a", 2),
+    ("tile_wg_linear_t4_a", 4),
+    ("tile_wg_linear_t8_a", 8),
+];
+
 /// The entry point a call of `m` rows launches: (name, row tiles of 8) of [`TILE_KERNELS`],
-/// or of [`TILE_WG_KERNELS`] with `wg` (`paths.tile_wg`): the fewest row tiles that hold
-/// `m` (up to 64).
-pub fn tile_kernel(m: usize, wg: bool) -> (&'static str, usize) {
-    let entries = if wg { TILE_WG_KERNELS } else { TILE_KERNELS };
+/// or with `wg` (`paths.tile_wg`) of [`TILE_WG_KERNELS`], or with `aliased` too of
+/// [`TILE_WG_ALIASED_KERNELS`]: the fewest row tiles that hold `m` (up to 64).
+pub fn tile_kernel(m: usize, wg: bool, aliased: bool) -> (&'static str, usize) {
+    let entries = match (wg, aliased) {
+        (false, _) => TILE_KERNELS,
+        (true, false) => TILE_WG_KERNELS,
+        (true, true) => TILE_WG_ALIASED_KERNELS,
+    };
     match m {
         0..=16 => entries[0],
         17..=32 => entries[1],
@@ -49,9 +62,33 @@ pub fn tile_kernel(m: usize, wg: bool) -> (&'static str, usize) {
 /// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
 /// senders × local rows <= 8 `mt` + 14 for up to 8 senders).
 pub const fn tile_wg_smem(mt: usize) -> usize {
-    tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2
-        + 1024
-        + (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
+    tile_wg_smem_of(tile_wg_stages(mt), mt)
+}
+
+/// The same for an aliased entry ([`TILE_WG_ALIASED_KERNELS`])
+/// (its inbox lies over the pipeline, which is larger).
+pub const fn tile_wg_aliased_smem(mt: usize) -> usize {
+    tile_wg_aliased_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2 + 1024
+}
+
+const fn tile_wg_smem_of(stages: usize, mt: usize) -> usize {
+    stages * (TILE_N + 16 * mt) * TILE_K * 2 + 1024 + tile_wg_inbox(mt)
+}
+
+/// Bytes of a `tile_wg.cu` block's inbox: senders × local rows <= 8 `mt` + 14 (up to 8
+/// senders) rows of 129 f32.
+const fn tile_wg_inbox(mt: usize) -> usize {
+    (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
+}
+
+/// Pipeline stages of an aliased `tile_wg.cu` block (`TILE_WG_ALIASED_STAGES`): 5 up to 16
+/// rows, 4 up to 32, 3 up to 64 (two blocks of at most 101 KiB per multiprocessor).
+pub const fn tile_wg_aliased_stages(mt: usize) -> usize {
+    match mt {
+        2 => 5,
+        4 => 4,
+        _ => 3,
+    }
 }
 
 /// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 16 rows, else 3.
@@ -82,7 +119,8 @@ pub(super) fn tile(
     let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
     let wg = scratch.paths.tile_wg;
-    let (name, mt) = tile_kernel(m, wg);
+    let aliased = wg && scratch.paths.tile_wg_alias;
+    let (name, mt) = tile_kernel(m, wg, aliased);
     let mut args = split_rows_args(l, scratch.split_buf(input.buf), c).to_vec();
     let out = wg
         .then(|| chain_to(gpu, l, c, scratch, input, next))
@@ -106,7 +144,11 @@ pub(super) fn tile(
         ]);
     }
     let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
-    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) } as u32;
+    let smem = match (wg, aliased) {
+        (false, _) => tile_smem(mt),
+        (true, false) => tile_wg_smem(mt),
+        (true, true) => tile_wg_aliased_smem(mt),
+    } as u32;
     if splits == 1 {
         gpu.launch_with(name, grid, 256, smem, &args)?;
     } else {
@@ -152,27 +194,46 @@ fn chain_to(
 
 #[cfg(test)]
 mod tests {
-    use super::{tile_wg_smem, tile_wg_stages, TILE_K, TILE_MAX_SPLITS, TILE_N};
+    use super::{tile_wg_aliased_smem, tile_wg_aliased_stages, tile_wg_smem, tile_wg_stages};
+    use super::{TILE_K, TILE_MAX_SPLITS, TILE_N};
 
     /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
     /// every cluster size, each row has exactly one finishing rank and local row, the
     /// finishing rank walks exactly its rows, and the inbox (senders × local rows of 129
     /// floats) fits after the pipeline in the shared memory the host asks for; the kernel
     /// for up to 16 rows still fits two blocks on an H200 multiprocessor (228 KiB, 1 KiB
-    /// reserved per block), every kernel one (227 KiB at most).
+    /// reserved per block), every kernel one (227 KiB at most); an aliased entry's inbox
+    /// fits in its pipeline and two of its blocks on a multiprocessor.
     #[test]
     fn tile_wg_inbox_fits_and_every_row_has_one_finisher() {
-        for mt in [2usize, 4, 8] {
-            let pipeline = tile_wg_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
-            assert!(tile_wg_smem(mt) <= 227 << 10, "mt {mt}");
+        // (stages, shared memory, the inbox lies over the pipeline)
+        let kinds = [
+            (
+                tile_wg_stages as fn(usize) -> usize,
+                tile_wg_smem as fn(usize) -> usize,
+                false,
+            ),
+            (tile_wg_aliased_stages, tile_wg_aliased_smem, true),
+        ];
+        for (mt, (stages, smem, aliased)) in [2usize, 4, 8]
+            .into_iter()
+            .flat_map(|mt| kinds.map(|k| (mt, k)))
+        {
+            let pipeline = stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
+            assert!(smem(mt) <= 227 << 10, "mt {mt}");
             for splits in [1usize, 2, 4, 8] {
                 assert!(splits <= TILE_MAX_SPLITS);
                 for rows in 1..=8 * mt {
                     let pairs = rows.div_ceil(2);
                     let local_rows = 2 * pairs.div_ceil(splits);
                     let inbox = splits * local_rows * (TILE_N + 1) * 4;
+                    let room = if aliased {
+                        pipeline.max(inbox)
+                    } else {
+                        pipeline + inbox
+                    };
                     assert!(
-                        pipeline + 1023 + inbox <= tile_wg_smem(mt),
+                        room + 1023 <= smem(mt),
                         "mt {mt}, {splits} splits, {rows} rows"
                     );
                     // where the senders put row m
@@ -202,5 +263,12 @@ mod tests {
             }
         }
         assert!(2 * (tile_wg_smem(2) + 1024) <= 228 << 10);
+        // the aliased entries: two blocks a multiprocessor at every size
+        for mt in [2, 4, 8] {
+            assert!(
+                2 * (tile_wg_aliased_smem(mt) + 1024) <= 228 << 10,
+                "mt {mt}"
+            );
+        }
     }
 }

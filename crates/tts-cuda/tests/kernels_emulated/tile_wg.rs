@@ -4,7 +4,8 @@
 //! against hand-built tiles first, then the kernels on the backend's launch plans.
 
 use crate::run_emulated;
-use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_smem, TILE_K, TILE_N};
+use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_aliased_smem, tile_wg_smem};
+use tts_cuda::linear::{TILE_K, TILE_N};
 
 /// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue; the
 /// driver dispatches tile.cu's entry points too: `tile.rs`).
@@ -52,23 +53,43 @@ pub(crate) struct Call {
 }
 
 /// The driver's arguments for `shape` at `m` rows on the launch the backend makes
-/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, else
-/// tile.cu's), `tile_split`'s cluster size, `n / 128` column blocks and the entry's shared
-/// memory (`tile_wg_smem` or `tile_smem`).
+/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, its aliased
+/// entries with `aliased` too, else tile.cu's), `tile_split`'s cluster size, `n / 128`
+/// column blocks and the entry's shared memory (`tile_wg_smem`, `tile_wg_aliased_smem` or
+/// `tile_smem`).
 pub(crate) fn case(args: &mut Vec<String>, wg: bool, shape: (usize, usize), m: usize, call: Call) {
+    case_of(args, (wg, false), shape, m, call);
+}
+
+/// [`case`] on an aliased `tile_wg.cu` entry.
+fn aliased_case(args: &mut Vec<String>, shape: (usize, usize), m: usize, call: Call) {
+    case_of(args, (true, true), shape, m, call);
+}
+
+fn case_of(
+    args: &mut Vec<String>,
+    (wg, aliased): (bool, bool),
+    shape: (usize, usize),
+    m: usize,
+    call: Call,
+) {
     let (n, k) = shape;
     assert!(n % TILE_N == 0);
     let splits = tile_split(n, k).unwrap_or_else(|| panic!("the tile kernels take {n}x{k}"));
     // whole 64-wide K tiles per block of the cluster
     assert!((k / splits).is_multiple_of(TILE_K));
-    let (name, mt) = tile_kernel(m, wg);
+    let (name, mt) = tile_kernel(m, wg, aliased);
     assert!(m <= 8 * mt);
     assert!(
         wg || !(call.ss_in || call.xo || call.xo_g || call.ss_out),
         "tile.cu has no chain"
     );
     args.push(name.to_string());
-    let smem = if wg { tile_wg_smem(mt) } else { tile_smem(mt) };
+    let smem = match (wg, aliased) {
+        (false, _) => tile_smem(mt),
+        (true, false) => tile_wg_smem(mt),
+        (true, true) => tile_wg_aliased_smem(mt),
+    };
     let fields = [n, k, m, splits, smem, call.act];
     let flags = [
         call.bias,
@@ -173,6 +194,66 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
     case(&mut args, true, (256, 192), 5, single);
     run_emulated(
         "tile_wg_t4_t8_and_single_blocks_match_the_reference",
+        "wgmma_tile.cpp",
+        FILES,
+        &args,
+    );
+}
+
+/// The aliased entries (`tile_wg_linear_t*_a`: the inbox over the pipeline's buffers, 5
+/// stages up to 16 rows, 4 up to 32, 3 up to 64) on the talker's matrices: clusters of 8
+/// (O at 9 rows, down at 32), 4 (QKV at 16 rows; at 40 rows on `t8_a`) and 2 (gate/up at
+/// 20 rows), whose partial sums land where the pipeline was; K tiles fewer than the
+/// pipeline holds (O: 4 tiles) and more, so the ring wraps; with the chain's deferred norm
+/// and split-row writes, SwiGLU pairs and a residual in place.
+#[test]
+fn tile_wg_aliased_entries_match_the_reference() {
+    let mut args = Vec::new();
+    let chained = Call {
+        res: true,
+        in_place: true,
+        xo: true,
+        xo_g: true,
+        ss_out: true,
+        again: true,
+        ..Call::default()
+    };
+    aliased_case(&mut args, O, 9, chained);
+    let deferred = Call {
+        ss_in: true,
+        ..Call::default()
+    };
+    aliased_case(&mut args, QKV, 16, deferred);
+    aliased_case(
+        &mut args,
+        DOWN,
+        32,
+        Call {
+            res: true,
+            in_place: true,
+            ..Call::default()
+        },
+    );
+    aliased_case(
+        &mut args,
+        QKV,
+        40,
+        Call {
+            act: 1,
+            bias: true,
+            res: true,
+            ..Call::default()
+        },
+    );
+    let gate_up = Call {
+        act: 2,
+        xo: true,
+        again: true,
+        ..deferred
+    };
+    aliased_case(&mut args, GATE_UP, 20, gate_up);
+    run_emulated(
+        "tile_wg_aliased_entries_match_the_reference",
         "wgmma_tile.cpp",
         FILES,
         &args,
