@@ -28,7 +28,7 @@
 // Inbox row stride (floats): 128 outputs and one of padding.
 #define TILE_WG_LD (TILE_N + 1)
 // Pipeline stages by row tiles: 4 for up to 16 rows (two blocks of 97 KiB still fit a
-// multiprocessor), else tile.cu's 3 (linear::tile_wg_stages). The aliased entries (`_d`)
+// multiprocessor), else tile.cu's 3 (linear::tile_wg_stages). The aliased entries (`_a`)
 // put the inbox over the pipeline's buffers (the cluster meets once more first, so no block
 // still reads them), and spend the room on one more stage where two blocks still fit a
 // multiprocessor (linear::tile_wg_aliased_stages).
@@ -154,7 +154,8 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     // 8 j + 2 (lane % 4) + q % 2; slots j < MT are hi parts, j + MT the lo parts of the same
     // rows, added here. Row m is finished by rank (m / 2) % S, as tile.cu's split of the
     // outputs; there it is local row r = 2 (m / 2 / S) + m % 2 of the inbox, and the inbox
-    // holds [sender rank][local row][n] after the pipeline (stride TILE_WG_LD).
+    // holds [sender rank][local row][n] after the pipeline, or over it in the aliased
+    // entries (stride TILE_WG_LD).
     const int rows = M < 8 * MT ? M : 8 * MT;
     const int pairs = (rows + 1) / 2, local_rows = 2 * ((pairs + S - 1) / S);
     const unsigned inbox = ALIAS ? base : base + STAGES * STAGE;
