@@ -131,7 +131,6 @@ fn set_dynamic_smem(f: &CudaFunction, bytes: usize) -> Result<(), CudaError> {
     Ok(())
 }
 
-/// Lets each kernel of `sizes` take that many bytes of dynamic shared memory.
 /// Every kernel [`Gpu::open`] looks up in the module, and whether it launches with
 /// programmatic dependent launch (the codec's other kernels and the persistent ones do not).
 pub fn looked_up_kernels() -> Vec<(&'static str, bool)> {
@@ -155,6 +154,7 @@ pub fn looked_up_kernels() -> Vec<(&'static str, bool)> {
     pdl.chain(plain).collect()
 }
 
+/// Lets each kernel of `sizes` take that many bytes of dynamic shared memory.
 fn allow_smem(
     funcs: &HashMap<&'static str, (CudaFunction, bool)>,
     sizes: impl IntoIterator<Item = (&'static str, usize)>,

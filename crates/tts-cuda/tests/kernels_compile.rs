@@ -1,7 +1,8 @@
 //! Every kernel compiles with NVRTC for Hopper (sm_90a, what a 9.0 device loads: its
 //! architecture-specific warpgroup MMA included). Needs only NVRTC, no GPU: CI gets
 //! it from PyPI (`nvidia-cuda-nvrtc`, see `.ci/run`). Skips, saying so, when NVRTC is absent.
-//! Also checks that every kernel the backend looks up at start-up is in the module, and
+//! Also checks that every kernel the backend looks up at start-up is in the module and every
+//! entry point of the module is looked up, and
 //! that each kernel given more shared memory at start-up (`device::STAGED_SMEM`) can take
 //! it beside its static shared memory.
 
@@ -33,6 +34,19 @@ fn kernels_compile_for_sm90a() {
             );
             // An extern "C" kernel's name sits in the CUBIN's symbol table as a
             // NUL-terminated string.
+            // and every entry point the module has is looked up (one that is not would never
+            // launch: its group of kernels would be off at start-up)
+            let looked: Vec<&str> = tts_cuda::device::looked_up_kernels()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            for r in resources.iter().filter(|r| r.entry) {
+                assert!(
+                    looked.contains(&r.name.as_str()),
+                    "kernel {} is in the module but not looked up at start-up",
+                    r.name
+                );
+            }
             for (name, _) in tts_cuda::device::looked_up_kernels() {
                 let needle = [b"\0", name.as_bytes(), b"\0"].concat();
                 assert!(
