@@ -203,7 +203,8 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
 /// The aliased entries (`tile_wg_linear_t*_a`: the inbox over the pipeline's buffers, 5
 /// stages up to 16 rows, 4 up to 32, 3 up to 64) on the talker's matrices: clusters of 8
 /// (O at 9 rows, down at 32), 4 (QKV at 16 rows; at 40 rows on `t8_a`) and 2 (gate/up at
-/// 20 rows), whose partial sums land where the pipeline was; K tiles fewer than the
+/// 20 rows), and a shape of no cluster (256 × 192 at 5 rows), whose partial sums land
+/// where the pipeline was; K tiles fewer than the
 /// pipeline holds (O: 4 tiles) and more, so the ring wraps; with the chain's deferred norm
 /// and split-row writes, SwiGLU pairs and a residual in place.
 #[test]
@@ -252,6 +253,20 @@ fn tile_wg_aliased_entries_match_the_reference() {
         ..deferred
     };
     aliased_case(&mut args, GATE_UP, 20, gate_up);
+    // no cluster (K = 192): the block's own inbox over its pipeline, after its barrier
+    assert_eq!(tile_split(256, 192), Some(1));
+    aliased_case(
+        &mut args,
+        (256, 192),
+        5,
+        Call {
+            bias: true,
+            xo: true,
+            xo_g: true,
+            ss_out: true,
+            ..chained
+        },
+    );
     run_emulated(
         "tile_wg_aliased_entries_match_the_reference",
         "wgmma_tile.cpp",
