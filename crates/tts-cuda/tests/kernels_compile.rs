@@ -32,14 +32,12 @@ fn kernels_compile_for_sm90a() {
                 "suspiciously small CUBIN ({} bytes)",
                 cubin.len()
             );
-            // An extern "C" kernel's name sits in the CUBIN's symbol table as a
-            // NUL-terminated string.
-            // and every entry point the module has is looked up (one that is not would never
-            // launch: its group of kernels would be off at start-up)
             let looked: Vec<&str> = tts_cuda::device::looked_up_kernels()
                 .into_iter()
                 .map(|(k, _)| k)
                 .collect();
+            // every entry point the module has is looked up (one that is not would never
+            // launch: its group of kernels would be off at start-up)
             for r in resources.iter().filter(|r| r.entry) {
                 assert!(
                     looked.contains(&r.name.as_str()),
@@ -47,7 +45,9 @@ fn kernels_compile_for_sm90a() {
                     r.name
                 );
             }
-            for (name, _) in tts_cuda::device::looked_up_kernels() {
+            // An extern "C" kernel's name sits in the CUBIN's symbol table as a
+            // NUL-terminated string.
+            for name in looked {
                 let needle = [b"\0", name.as_bytes(), b"\0"].concat();
                 assert!(
                     cubin.windows(needle.len()).any(|w| w == needle.as_slice()),

@@ -13,9 +13,15 @@ use crate::error::CudaError;
 use crate::routing::{tile_split, LinearPath, TILE_K, TILE_N};
 
 /// Bytes of dynamic shared memory a `tile.cu` block of `mt` row tiles of 8 takes: its
-/// pipeline of 3 stages, each a 128 × 64 weight tile and 16 `mt` rows of 64 (hi and lo).
+/// pipeline of 3 stages.
 pub const fn tile_smem(mt: usize) -> usize {
-    3 * (TILE_N + 16 * mt) * TILE_K * 2
+    tile_pipeline(3, mt)
+}
+
+/// Bytes of a pipeline of `stages` stages of `mt` row tiles of 8: each stage a 128 × 64
+/// weight tile and 16 `mt` rows of 64 (hi and lo), bf16.
+pub const fn tile_pipeline(stages: usize, mt: usize) -> usize {
+    stages * (TILE_N + 16 * mt) * TILE_K * 2
 }
 
 /// `tile.cu`'s entry points by rows: (name, row tiles of 8).
@@ -68,11 +74,21 @@ pub const fn tile_wg_smem(mt: usize) -> usize {
 /// The same for an aliased entry ([`TILE_WG_ALIASED_KERNELS`])
 /// (its inbox lies over the pipeline, which is larger).
 pub const fn tile_wg_aliased_smem(mt: usize) -> usize {
-    tile_wg_aliased_stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2 + 1024
+    tile_pipeline(tile_wg_aliased_stages(mt), mt) + 1024
 }
 
 const fn tile_wg_smem_of(stages: usize, mt: usize) -> usize {
-    stages * (TILE_N + 16 * mt) * TILE_K * 2 + 1024 + tile_wg_inbox(mt)
+    tile_pipeline(stages, mt) + 1024 + tile_wg_inbox(mt)
+}
+
+/// The dynamic shared memory of the entry [`tile_kernel`] picks with the same `wg` and
+/// `aliased` for `mt` row tiles.
+pub const fn tile_entry_smem(mt: usize, wg: bool, aliased: bool) -> usize {
+    match (wg, aliased) {
+        (false, _) => tile_smem(mt),
+        (true, false) => tile_wg_smem(mt),
+        (true, true) => tile_wg_aliased_smem(mt),
+    }
 }
 
 /// Bytes of a `tile_wg.cu` block's inbox: senders × local rows <= 8 `mt` + 14 (up to 8
@@ -144,11 +160,7 @@ pub(super) fn tile(
         ]);
     }
     let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
-    let smem = match (wg, aliased) {
-        (false, _) => tile_smem(mt),
-        (true, false) => tile_wg_smem(mt),
-        (true, true) => tile_wg_aliased_smem(mt),
-    } as u32;
+    let smem = tile_entry_smem(mt, wg, aliased) as u32;
     if splits == 1 {
         gpu.launch_with(name, grid, 256, smem, &args)?;
     } else {
@@ -194,8 +206,8 @@ fn chain_to(
 
 #[cfg(test)]
 mod tests {
-    use super::{tile_wg_aliased_smem, tile_wg_aliased_stages, tile_wg_smem, tile_wg_stages};
-    use super::{TILE_K, TILE_MAX_SPLITS, TILE_N};
+    use super::{tile_pipeline, tile_wg_aliased_smem, tile_wg_aliased_stages};
+    use super::{tile_wg_smem, tile_wg_stages, TILE_MAX_SPLITS, TILE_N};
 
     /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
     /// every cluster size, each row has exactly one finishing rank and local row, the
@@ -219,7 +231,7 @@ mod tests {
             .into_iter()
             .flat_map(|mt| kinds.map(|k| (mt, k)))
         {
-            let pipeline = stages(mt) * (TILE_N + 16 * mt) * TILE_K * 2;
+            let pipeline = tile_pipeline(stages(mt), mt);
             assert!(smem(mt) <= 227 << 10, "mt {mt}");
             for splits in [1usize, 2, 4, 8] {
                 assert!(splits <= TILE_MAX_SPLITS);

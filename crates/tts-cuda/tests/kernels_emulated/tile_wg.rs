@@ -4,8 +4,7 @@
 //! against hand-built tiles first, then the kernels on the backend's launch plans.
 
 use crate::run_emulated;
-use tts_cuda::linear::{tile_kernel, tile_smem, tile_split, tile_wg_aliased_smem, tile_wg_smem};
-use tts_cuda::linear::{TILE_K, TILE_N};
+use tts_cuda::linear::{tile_entry_smem, tile_kernel, tile_split, TILE_K, TILE_N};
 
 /// The kernel files of a tile_wg.cu unit (tile.cu: its loads and pipeline prologue; the
 /// driver dispatches tile.cu's entry points too: `tile.rs`).
@@ -55,8 +54,7 @@ pub(crate) struct Call {
 /// The driver's arguments for `shape` at `m` rows on the launch the backend makes
 /// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, its aliased
 /// entries with `aliased` too, else tile.cu's), `tile_split`'s cluster size, `n / 128`
-/// column blocks and the entry's shared memory (`tile_wg_smem`, `tile_wg_aliased_smem` or
-/// `tile_smem`).
+/// column blocks and the entry's shared memory (`tile_entry_smem`).
 pub(crate) fn case(args: &mut Vec<String>, wg: bool, shape: (usize, usize), m: usize, call: Call) {
     case_of(args, (wg, false), shape, m, call);
 }
@@ -85,11 +83,7 @@ fn case_of(
         "tile.cu has no chain"
     );
     args.push(name.to_string());
-    let smem = match (wg, aliased) {
-        (false, _) => tile_smem(mt),
-        (true, false) => tile_wg_smem(mt),
-        (true, true) => tile_wg_aliased_smem(mt),
-    };
+    let smem = tile_entry_smem(mt, wg, aliased);
     let fields = [n, k, m, splits, smem, call.act];
     let flags = [
         call.bias,
