@@ -54,9 +54,13 @@ __device__ __forceinline__ void tile_load(unsigned buf, const bf16* W, int K, in
     }
     if (x) {
         const unsigned xs = buf + TILE_N * 128;
+        // 16 MT rows of 8 chunks: whole passes of the block, and half of one more for
+        // an odd MT (tile_wg.cu's 24 rows)
+        constexpr int CHUNKS = 16 * MT * 8;
 #pragma unroll
-        for (int i = 0; i < 16 * MT * 8 / TILE_THREADS; i++) {
+        for (int i = 0; i < (CHUNKS + TILE_THREADS - 1) / TILE_THREADS; i++) {
             int q = tid + i * TILE_THREADS, r = q >> 3, c = q & 7;
+            if (CHUNKS % TILE_THREADS != 0 && q >= CHUNKS) break;
             int m = r < 8 * MT ? r : r - 8 * MT;
             bool ok = m < M;
             int src = ok ? (r < 8 * MT ? m : M + m) : 0;

@@ -32,8 +32,8 @@
 // put the inbox over the pipeline's buffers (the cluster meets once more first, so no block
 // still reads them), and spend the room on one more stage where two blocks still fit a
 // multiprocessor (linear::tile_wg_aliased_stages).
-#define TILE_WG_STAGES(MT) ((MT) == 2 ? 4 : TILE_STAGES)
-#define TILE_WG_ALIASED_STAGES(MT) ((MT) == 2 ? 5 : (MT) == 4 ? 4 : 3)
+#define TILE_WG_STAGES(MT) ((MT) <= 3 ? 4 : TILE_STAGES)
+#define TILE_WG_ALIASED_STAGES(MT) ((MT) == 2 ? 5 : (MT) <= 4 ? 4 : 3)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // A shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes
@@ -67,6 +67,14 @@ __device__ __forceinline__ void wg_mma<2>(float* d, unsigned long long a, unsign
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wg_mma<3>(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\nwgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
         : "l"(a), "l"(b), "r"(1));
 }
 template <>
@@ -255,8 +263,10 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     }
 
 TILE_WG_KERNEL(tile_wg_linear_t2, 2, TILE_WG_STAGES(2), false)
+TILE_WG_KERNEL(tile_wg_linear_t3, 3, TILE_WG_STAGES(3), false)
 TILE_WG_KERNEL(tile_wg_linear_t4, 4, TILE_WG_STAGES(4), false)
 TILE_WG_KERNEL(tile_wg_linear_t8, 8, TILE_WG_STAGES(8), false)
 TILE_WG_KERNEL(tile_wg_linear_t2_a, 2, TILE_WG_ALIASED_STAGES(2), true)
+TILE_WG_KERNEL(tile_wg_linear_t3_a, 3, TILE_WG_ALIASED_STAGES(3), true)
 TILE_WG_KERNEL(tile_wg_linear_t4_a, 4, TILE_WG_ALIASED_STAGES(4), true)
 TILE_WG_KERNEL(tile_wg_linear_t8_a, 8, TILE_WG_ALIASED_STAGES(8), true)

@@ -31,9 +31,11 @@ pub const TILE_KERNELS: [(&str, usize); 3] = [
     ("tile_linear_t8", 8),
 ];
 
-/// `tile_wg.cu`'s entry points by rows (the same row tiles as [`TILE_KERNELS`]).
-pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
+/// `tile_wg.cu`'s entry points by rows: [`TILE_KERNELS`]' row tiles and 3 (24 rows: a
+/// prefill of 17 to 24 tokens, `prefill_plan::token_bucket`).
+pub const TILE_WG_KERNELS: [(&str, usize); 4] = [
     ("tile_wg_linear_t2", 2),
+    ("tile_wg_linear_t3", 3),
     ("tile_wg_linear_t4", 4),
     ("tile_wg_linear_t8", 8),
 ];
@@ -41,8 +43,9 @@ pub const TILE_WG_KERNELS: [(&str, usize); 3] = [
 /// `tile_wg.cu`'s aliased entry points: the inbox over the pipeline's buffers, and one more
 /// stage where two blocks still fit a multiprocessor ([`tile_wg_aliased_stages`]), by the same
 /// rows.
-pub const TILE_WG_ALIASED_KERNELS: [(&str, usize); 3] = [
+pub const TILE_WG_ALIASED_KERNELS: [(&str, usize); 4] = [
     ("tile_wg_linear_t2_a", 2),
+    ("tile_wg_linear_t3_a", 3),
     ("tile_wg_linear_t4_a", 4),
     ("tile_wg_linear_t8_a", 8),
 ];
@@ -51,16 +54,17 @@ pub const TILE_WG_ALIASED_KERNELS: [(&str, usize); 3] = [
 /// or with `wg` (`paths.tile_wg`) of [`TILE_WG_KERNELS`], or with `aliased` too of
 /// [`TILE_WG_ALIASED_KERNELS`]: the fewest row tiles that hold `m` (up to 64).
 pub fn tile_kernel(m: usize, wg: bool, aliased: bool) -> (&'static str, usize) {
-    let entries = match (wg, aliased) {
-        (false, _) => TILE_KERNELS,
-        (true, false) => TILE_WG_KERNELS,
-        (true, true) => TILE_WG_ALIASED_KERNELS,
+    let entries: &[(&'static str, usize)] = match (wg, aliased) {
+        (false, _) => &TILE_KERNELS,
+        (true, false) => &TILE_WG_KERNELS,
+        (true, true) => &TILE_WG_ALIASED_KERNELS,
     };
-    match m {
-        0..=16 => entries[0],
-        17..=32 => entries[1],
-        _ => entries[2],
-    }
+    let last = entries[entries.len() - 1];
+    entries
+        .iter()
+        .copied()
+        .find(|&(_, mt)| m <= 8 * mt)
+        .unwrap_or(last)
 }
 
 /// Bytes of dynamic shared memory a `tile_wg.cu` block takes: its pipeline
@@ -102,14 +106,15 @@ const fn tile_wg_inbox(mt: usize) -> usize {
 pub const fn tile_wg_aliased_stages(mt: usize) -> usize {
     match mt {
         2 => 5,
-        4 => 4,
+        3 | 4 => 4,
         _ => 3,
     }
 }
 
-/// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 16 rows, else 3.
+/// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 24 rows (two
+/// blocks of at most 109 KiB per multiprocessor), else 3.
 pub const fn tile_wg_stages(mt: usize) -> usize {
-    if mt == 2 {
+    if mt <= 3 {
         4
     } else {
         3
@@ -213,7 +218,7 @@ mod tests {
     /// every cluster size, each row has exactly one finishing rank and local row, the
     /// finishing rank walks exactly its rows, and the inbox (senders × local rows of 129
     /// floats) fits after the pipeline in the shared memory the host asks for; the kernel
-    /// for up to 16 rows still fits two blocks on an H200 multiprocessor (228 KiB, 1 KiB
+    /// for up to 24 rows still fits two blocks on an H200 multiprocessor (228 KiB, 1 KiB
     /// reserved per block), every kernel one (227 KiB at most); an aliased entry's inbox
     /// fits in its pipeline and two of its blocks on a multiprocessor.
     #[test]
@@ -227,7 +232,7 @@ mod tests {
             ),
             (tile_wg_aliased_stages, tile_wg_aliased_smem, true),
         ];
-        for (mt, (stages, smem, aliased)) in [2usize, 4, 8]
+        for (mt, (stages, smem, aliased)) in [2usize, 3, 4, 8]
             .into_iter()
             .flat_map(|mt| kinds.map(|k| (mt, k)))
         {
@@ -274,9 +279,12 @@ mod tests {
                 }
             }
         }
-        assert!(2 * (tile_wg_smem(2) + 1024) <= 228 << 10);
+        // four stages still fit two blocks a multiprocessor, up to 24 rows
+        for mt in [2, 3] {
+            assert!(2 * (tile_wg_smem(mt) + 1024) <= 228 << 10, "mt {mt}");
+        }
         // the aliased entries: two blocks a multiprocessor at every size
-        for mt in [2, 4, 8] {
+        for mt in [2, 3, 4, 8] {
             assert!(
                 2 * (tile_wg_aliased_smem(mt) + 1024) <= 228 << 10,
                 "mt {mt}"

@@ -2,7 +2,7 @@
 // out here independently, before tile_wg.cu relies on them (unit: tile.cu, tile_wg.cu):
 //   wg_desc: the source's encoding, bit for bit (start >> 4, leading offset 1, stride 1024,
 //     128-byte swizzle);
-//   wg_mma<MT> (m64n{32,64,128}k16): two warpgroups (256 threads, as tile_wg.cu) over a
+//   wg_mma<MT> (m64n{32,48,64,128}k16): two warpgroups (256 threads, as tile_wg.cu) over a
 //     128 × 64 A tile and a 16 MT × 64 B tile placed by tile.cu's rule (chunk c of row r
 //     at chunk c ^ (r & 7), rows 128 bytes apart, all at a 1024-byte boundary), the four
 //     k16 steps +32 bytes each, onto nonzero accumulators: every thread's d[4j + q] must be
@@ -183,6 +183,7 @@ void cluster_stores() {
 int main() {
     descriptor_encoding();
     mma_layout<2>();
+    mma_layout<3>();
     mma_layout<4>();
     mma_layout<8>();
     unimplemented_forms_stop();

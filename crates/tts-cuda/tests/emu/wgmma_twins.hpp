@@ -1,6 +1,6 @@
 // wgmma_twins.hpp — emulated twins (cuda_names.hpp's EmuTwin mechanism) of tile_wg.cu's
 // sm_90a helpers (included by cuda_names.hpp):
-//   wgmma.mma_async.sync.aligned.m64n{32,64,128}k16.f32.bf16.bf16, both operands from
+//   wgmma.mma_async.sync.aligned.m64n{32,48,64,128}k16.f32.bf16.bf16, both operands from
 //     shared memory through matrix descriptors                       wg_mma<MT>, wg_desc
 //   wgmma.fence / commit_group / wait_group 0                         wg_fence, wg_commit_and_wait
 //   fence.proxy.async.shared::cta                                     fence_proxy_async_smem

@@ -11,7 +11,7 @@ use tts_cuda::linear::{tile_entry_smem, tile_kernel, tile_split, TILE_K, TILE_N}
 pub(crate) const FILES: &[&str] = &["tile.cu", "tile_wg.cu"];
 
 /// The twins against layouts written out independently in the driver (`emu/wgmma_twins.cpp`):
-/// the source's descriptor encoding, the m64n{32,64,128}k16 products through the 128-byte
+/// the source's descriptor encoding, the m64n{32,48,64,128}k16 products through the 128-byte
 /// swizzle and the four k16 steps onto the accumulator layout, the descriptor forms that
 /// must stop a run, and distributed shared-memory stores.
 #[test]
@@ -194,10 +194,49 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
     );
 }
 
+/// `tile_wg_linear_t3` (24 rows: the prefill of 17 to 24 tokens; m64n48k16, and 384 row
+/// chunks a stage, one and a half passes of the block) on the talker's matrices: QKV at 24
+/// rows with the deferred norm (cluster of 4), gate/up at 21 rows chained to down (2),
+/// down at 17 rows with the residual in place (8).
+#[test]
+fn tile_wg_t3_matches_the_reference() {
+    let mut args = Vec::new();
+    assert_eq!(tile_kernel(17, true, false).0, "tile_wg_linear_t3");
+    assert_eq!(tile_kernel(24, true, false).0, "tile_wg_linear_t3");
+    assert_eq!(tile_kernel(25, true, false).0, "tile_wg_linear_t4");
+    assert_eq!(tile_kernel(24, false, false).0, "tile_linear_t4");
+    let deferred = Call {
+        ss_in: true,
+        ..Call::default()
+    };
+    case(&mut args, true, QKV, 24, deferred);
+    let gate_up = Call {
+        act: 2,
+        xo: true,
+        xo_g: true,
+        ss_out: true,
+        again: true,
+        ..deferred
+    };
+    case(&mut args, true, GATE_UP, 21, gate_up);
+    let down = Call {
+        res: true,
+        in_place: true,
+        ..Call::default()
+    };
+    case(&mut args, true, DOWN, 17, down);
+    run_emulated(
+        "tile_wg_t3_matches_the_reference",
+        "wgmma_tile.cpp",
+        FILES,
+        &args,
+    );
+}
+
 /// The aliased entries (`tile_wg_linear_t*_a`: the inbox over the pipeline's buffers, 5
 /// stages up to 16 rows, 4 up to 32, 3 up to 64) on the talker's matrices: clusters of 8
 /// (O at 9 rows, down at 32), 4 (QKV at 16 rows; at 40 rows on `t8_a`) and 2 (gate/up at
-/// 20 rows), and a shape of no cluster (256 × 192 at 5 rows), whose partial sums land
+/// 20 rows, on `t3_a`), and a shape of no cluster (256 × 192 at 5 rows), whose partial sums land
 /// where the pipeline was; K tiles fewer than the
 /// pipeline holds (O: 4 tiles) and more, so the ring wraps; with the chain's deferred norm
 /// and split-row writes, SwiGLU pairs and a residual in place.
