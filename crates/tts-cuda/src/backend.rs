@@ -65,7 +65,7 @@ enum GraphKind {
     TalkerStep,
     CodePredictor,
     /// A prefill of `rows` rows (a bucket; padding rows write nothing), its tokens padded
-    /// to a power-of-two count (1, or 16 and up; `prefill_plan::token_bucket`).
+    /// to a bucket (1, 16, 24, then powers of two; `prefill_plan::token_bucket`).
     Prefill {
         rows: usize,
     },

@@ -58,8 +58,27 @@ pub fn stage_table(rows: &[StageTiming]) -> String {
 
 /// The benchmarks' prompt: one ~60-character English sentence in the model's first voice.
 pub(crate) fn bench_prompt(model: &Model, text_mode: TextMode) -> Result<Prompt, CudaError> {
+    text_prompt(model, BENCH_TEXT, text_mode)
+}
+
+/// The bench's prompt text (16 new tokens after the cached head in prefill mode).
+const BENCH_TEXT: &str = "The quick brown fox jumps over the lazy dog near the riverbank.";
+
+/// A longer prompt text: 17 to 24 new tokens in prefill mode (the 24-token bucket, where
+/// most of the server bench's prompts land; `prefill_plan::token_bucket`).
+const BENCH_TEXT_24: &str =
+    "The quick brown fox jumps over the lazy dog near the riverbank, then naps in the sun.";
+
+/// The prefill stages `bench_stages` times: (stage, text, text mode).
+const PREFILL_STAGES: [(&str, &str, TextMode); 3] = [
+    ("prefill", BENCH_TEXT, TextMode::Prefill),
+    ("prefill_stream", BENCH_TEXT, TextMode::Stream),
+    ("prefill_24", BENCH_TEXT_24, TextMode::Prefill),
+];
+
+fn text_prompt(model: &Model, text: &str, text_mode: TextMode) -> Result<Prompt, CudaError> {
     let req = SpeechRequest {
-        text: "The quick brown fox jumps over the lazy dog near the riverbank.".into(),
+        text: text.into(),
         voice: model.voices().first().cloned(),
         language: "english".into(),
         text_mode,
@@ -130,14 +149,12 @@ pub fn bench_stages(
 ) -> Result<Vec<StageTiming>, CudaError> {
     let (talker_bytes, cp_bytes) = b.weight_bytes();
     let mut out = Vec::new();
-    // prefill of one ~60-character prompt in each text mode (wall time through the API,
-    // sync included); after the first call the prompt head is in the prefix cache (when
-    // on), so these are the times of a request whose voice and language were seen before
-    for (stage, text_mode) in [
-        ("prefill", TextMode::Prefill),
-        ("prefill_stream", TextMode::Stream),
-    ] {
-        let prompt = bench_prompt(model, text_mode)?;
+    // prefill of one ~60-character prompt in each text mode, and of a longer one (wall
+    // time through the API, sync included); after the first call the prompt head is in the
+    // prefix cache (when on), so these are the times of a request whose voice and language
+    // were seen before
+    for (stage, text, text_mode) in PREFILL_STAGES {
+        let prompt = text_prompt(model, text, text_mode)?;
         let params = model.default_sampling(1);
         let mut samples = Vec::new();
         for i in 0..iters.max(3) + 1 {
@@ -597,6 +614,24 @@ pub fn chain_costs(gpu: &crate::device::Gpu, links: usize) -> Result<ChainCosts,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prefill_plan::token_bucket;
+
+    /// The prefill stages' prompts land in the token buckets their names give (the demo
+    /// model has the released tokenizer and prompt layout): 16 and 24 new tokens after the
+    /// cached head.
+    #[test]
+    fn bench_prefill_prompts_fill_their_token_buckets() {
+        let model = Model::load("demo", Default::default()).expect("demo model");
+        let buckets: Vec<usize> = PREFILL_STAGES
+            .iter()
+            .filter(|(_, _, mode)| *mode == TextMode::Prefill)
+            .map(|&(_, text, mode)| {
+                let p = text_prompt(&model, text, mode).expect("prompt");
+                token_bucket(p.positions.len() - p.head_len, true)
+            })
+            .collect();
+        assert_eq!(buckets, vec![16, 24]);
+    }
 
     #[test]
     fn stage_table_has_a_header_and_one_line_per_timing() {

@@ -57,13 +57,23 @@ pub fn repeated_slot(slots: &[u32]) -> Option<u32> {
 }
 
 /// The token bucket of a pass of `n` tokens: 1 for a single position (a prefill after a
-/// cached head), else a power of two of at least 16.
-pub fn token_bucket(n: usize) -> usize {
-    if n == 1 {
-        1
-    } else {
-        n.next_power_of_two().max(16)
+/// cached head), else 16, 24 (with `b24`: `CudaOptions::prefill_bucket_24`) or a power of
+/// two from 32. 24 holds most prompts after a cached head (17 to 25 tokens for 449 of the
+/// bench's 1,000: `tile_wg.cu`'s 24-row entry instead of its 32-row one).
+pub fn token_bucket(n: usize, b24: bool) -> usize {
+    match n {
+        1 => 1,
+        2..=16 => 16,
+        17..=24 if b24 => 24,
+        _ => n.next_power_of_two(),
     }
+}
+
+/// The token buckets of more than one token, in order, up to `max` tokens: 16, 24 (with
+/// `b24`), 32, 64 …
+pub fn token_buckets(max: usize, b24: bool) -> impl Iterator<Item = usize> {
+    std::iter::successors(Some(16), move |&t| Some(token_bucket(t + 1, b24)))
+        .take_while(move |&t| t <= max)
 }
 
 /// One pass over `jobs`: their tokens one after another, each row's last token, and with
@@ -161,9 +171,25 @@ mod tests {
     }
 
     #[test]
-    fn token_buckets_are_one_or_powers_of_two_from_16() {
-        let b: Vec<usize> = [1, 2, 16, 17, 33, 100].map(token_bucket).to_vec();
-        assert_eq!(b, vec![1, 16, 16, 32, 64, 128]);
+    fn token_buckets_are_one_16_24_or_powers_of_two_from_32() {
+        let counts = [1, 2, 16, 17, 24, 25, 33, 100];
+        let b: Vec<usize> = counts.map(|n| token_bucket(n, true)).to_vec();
+        assert_eq!(b, vec![1, 16, 16, 24, 24, 32, 64, 128]);
+        // without the 24-token bucket: powers of two from 16
+        let b: Vec<usize> = counts.map(|n| token_bucket(n, false)).to_vec();
+        assert_eq!(b, vec![1, 16, 16, 32, 32, 32, 64, 128]);
+        for (b24, want) in [
+            (true, vec![16, 24, 32, 64, 128]),
+            (false, vec![16, 32, 64, 128]),
+        ] {
+            let all: Vec<usize> = token_buckets(128, b24).collect();
+            assert_eq!(all, want);
+            // every pass of 2..=max tokens has its bucket among them
+            for n in 2..=128 {
+                assert!(all.contains(&token_bucket(n, b24)), "{n} tokens");
+            }
+        }
+        assert_eq!(token_buckets(20, true).collect::<Vec<_>>(), vec![16]);
     }
 
     #[test]
@@ -197,7 +223,7 @@ mod tests {
         assert_eq!(plan.last, vec![1, 2, -1, -1]);
         assert_eq!(plan.row_slots, vec![3, 5, -1, -1]);
         // one row, one token (after a cached head): bucket 1, nothing added
-        let one = pass_plan(&[job(2, 30, 1)], 7, Some((token_bucket(1), 1)));
+        let one = pass_plan(&[job(2, 30, 1)], 7, Some((token_bucket(1, true), 1)));
         assert_eq!((one.text.len(), one.last.clone()), (1, vec![0]));
     }
 }

@@ -71,6 +71,9 @@ pub struct CudaOptions {
     /// first) and one more pipeline stage (5 up to 16 rows, 4 up to 32), two blocks per
     /// multiprocessor still. Off: the inbox after the pipeline.
     pub tile_wg_alias: bool,
+    /// Pad a prefill pass of 17 to 24 tokens to 24 (`tile_wg.cu`'s 24-row entry) instead
+    /// of 32 (`prefill_plan::token_bucket`).
+    pub prefill_bucket_24: bool,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static
     /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
@@ -297,6 +300,7 @@ impl Default for CudaOptions {
             tile_linear: true,
             tile_wgmma: true,
             tile_wg_alias: false,
+            prefill_bucket_24: true,
             wide_linear: false,
             chain_split: true,
             chain_attention: true,

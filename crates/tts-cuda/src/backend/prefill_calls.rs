@@ -148,7 +148,8 @@ impl CudaBackend {
         let limits = self.opts.limits;
         let n: usize = jobs.iter().map(PrefillJob::tokens).sum();
         // `passes` keeps a pass within the largest batch, so its row bucket holds it
-        let (tokens, rows) = (token_bucket(n), self.bucket(jobs.len()));
+        let tokens = token_bucket(n, self.opts.prefill_bucket_24);
+        let rows = self.bucket(jobs.len());
         debug_assert!(rows >= jobs.len());
         // (only cloned-voice prompts have extra rows: the other passes build no table)
         let extra = jobs

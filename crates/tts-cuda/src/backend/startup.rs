@@ -14,7 +14,7 @@ use crate::error::CudaError;
 use crate::lane::CpLane;
 use crate::linear::Linear;
 use crate::persistent::Persistent;
-use crate::prefill_plan::token_bucket;
+use crate::prefill_plan::token_buckets;
 use crate::prefix::{CacheShape, PrefixCache};
 use crate::routing::{autotune, LinearPaths, TunedShape};
 use crate::talker::{talker_kv, SampleRules};
@@ -322,17 +322,16 @@ impl CudaBackend {
             }
             b *= 2;
         }
-        // Prefill buckets: (rows, tokens), tokens 16 and up by powers of two (at least the
+        // Prefill buckets: (rows, tokens), tokens 16, 24, then powers of two (at least the
         // rows); one row also takes a single position (a prefill after a cached head).
         // Batched prefill passes have up to `max_batch` rows: captured at first use, their
         // graphs stalled the first seconds of serving (H200, 51 late streams in 3.6 s).
         self.graph(GraphKind::Prefill { rows: 1 }, 1)?;
         let mut rows = 1;
         while rows <= self.opts.limits.max_batch {
-            let mut t = token_bucket(rows.max(2));
-            while t <= self.opts.limits.max_prefill_tokens {
+            let max = self.opts.limits.max_prefill_tokens;
+            for t in token_buckets(max, self.opts.prefill_bucket_24).filter(|&t| t >= rows) {
                 self.graph(GraphKind::Prefill { rows }, t)?;
-                t *= 2;
             }
             if !self.opts.batched_prefill {
                 break;

@@ -86,7 +86,7 @@ fn tile_chain_matches_separate_conversion() {
 /// `tile_wg.cu`'s aliased entries (`CudaOptions::tile_wg_alias`: the inbox over the
 /// pipeline's buffers, one more stage; the same products summed in the same order) give the
 /// same bits as its usual ones: 20 rows in lock step on the 1.7B geometry (prefills of 16
-/// and 32 tokens, talker steps and code-predictor calls on `tile_wg_linear_t2` / `t4`; the
+/// and 24 or 32 tokens, talker steps and code-predictor calls on `tile_wg_linear_t2` / `t4`; the
 /// demo's shapes never take the tile path) sample the same codes for 4 frames with
 /// bit-identical logits.
 #[test]
@@ -125,6 +125,53 @@ fn aliased_tile_inbox_gives_the_same_bits() {
             f32::MIN_POSITIVE,
         );
         eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits bit for bit");
+    }
+}
+
+/// A prefill pass of 17 to 24 tokens padded to 24 (`CudaOptions::prefill_bucket_24`: its
+/// linear layers on `tile_wg_linear_t3` on the 1.7B geometry) computes what the same pass
+/// padded to 32 computes (`t4`; padding tokens come after every real one and write
+/// nothing): 6 rows of one voice, each prompt 17 to 24 tokens after the head (cached after
+/// the first) and prefilled alone,
+/// give identical sampled codes for 4 frames and logits within f32 rounding of each other.
+#[test]
+fn prefill_bucket_24_matches_bucket_32() {
+    let test = "prefill_bucket_24_matches_bucket_32";
+    let rows = 6usize;
+    let opts = |prefill_bucket_24| CudaOptions {
+        prefill_bucket_24,
+        batched_prefill: false,
+        ..options(false)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        // one voice: after the first, each prompt's head is cached
+        let prompts: Vec<tts_model::Prompt> = (0..rows)
+            .map(|i| {
+                let text =
+                    format!("Request {i}: a prompt that is a little longer, in the 24 bucket.");
+                model
+                    .prompt(&request(&text, Some("vivian"), TextMode::Prefill))
+                    .unwrap()
+            })
+            .collect();
+        for p in &prompts {
+            let new = p.positions.len() - p.head_len;
+            assert!((17..=24).contains(&new), "{new} new tokens");
+        }
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 300 + i).collect();
+        let Some(b32) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 4) else {
+            return;
+        };
+        let b24 = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
+        let worst = b24
+            .1
+            .iter()
+            .zip(&b32.1)
+            .map(|(a, b)| rel_err(a, b))
+            .fold(0f32, f32::max);
+        assert_same_run(&format!("{name}, 24-token bucket"), &b24, &b32, 1e-5);
+        eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
     }
 }
 
