@@ -4,9 +4,9 @@
 # root of the device machine; binaries in .device-carry/ (gzipped or not).
 # PART: one or more of alias, b24, check, pcm (in the order given).
 #   alias: bench-stages at 1, 2, 16 and 32 rows with QWEN3_TTS_TILE_WG_ALIAS=0 and 1,
-#     alternating, twice each.
+#     alternating, ROUNDS times each (2).
 #   b24: bench-stages at 1 row (its three prefills: 16 tokens, streamed, 24 tokens) with
-#     QWEN3_TTS_PREFILL_24=1 and 0, alternating, three times each.
+#     QWEN3_TTS_PREFILL_24=1 and 0, alternating, ROUNDS times each (3).
 #   check: gpu_parity's tests PARITY_FILTER names (default: the aliased entries' and the
 #     24-token bucket's).
 #   pcm: a request alone (--max-in-flight 1, rate 5) on a fresh server, with
@@ -35,12 +35,12 @@ stages() {  # label, batches, then env assignments
     grep -E "^(prefill|prefill_stream|prefill_24|code_predictor|talker_step) " "$OUT/$label.txt"
 }
 part_alias() {
-    for round in 1 2; do
+    for round in $(seq ${ROUNDS:-2}); do
         for v in 0 1; do stages "alias_${v}_$round" 1,2,16,32 QWEN3_TTS_TILE_WG_ALIAS=$v; done
     done
 }
 part_b24() {
-    for round in 1 2 3; do
+    for round in $(seq ${ROUNDS:-3}); do
         for v in 1 0; do stages "b24_${v}_$round" 1 QWEN3_TTS_PREFILL_24=$v; done
     done
 }
