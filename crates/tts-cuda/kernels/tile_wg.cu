@@ -1,7 +1,8 @@
 // tile_wg.cu — tile.cu's batched linear layers with the products on Hopper's warpgroup
 // tensor-core instructions (wgmma, sm_90a only): the same grid, shared-memory tiles and
-// pipeline (tile.cu's tile_load and tile_prologue; four stages instead of three up to 16
-// rows), the same outputs per rank, summing order and epilogue. What differs:
+// pipeline (tile.cu's tile_load and tile_prologue; four stages instead of three up to 24
+// rows, and a 24-row entry of its own), the same outputs per rank, summing order and
+// epilogue. What differs:
 //   the multiply: warpgroup g (threads 128 g .. +127) multiplies the weight rows
 //   64 g .. +63 of each k-tile (A: 64 × 64, K-major) by all 16 MT row slots (B: the 8 MT hi
 //   then 8 MT lo rows, K-major), four k16 steps, accumulating in f32 registers; at the end
@@ -27,8 +28,8 @@
 
 // Inbox row stride (floats): 128 outputs and one of padding.
 #define TILE_WG_LD (TILE_N + 1)
-// Pipeline stages by row tiles: 4 for up to 16 rows (two blocks of 97 KiB still fit a
-// multiprocessor), else tile.cu's 3 (linear::tile_wg_stages). The aliased entries (`_a`)
+// Pipeline stages by row tiles: 4 for up to 24 rows (two blocks of up to 109 KiB still fit
+// a multiprocessor), else tile.cu's 3 (linear::tile_wg_stages). The aliased entries (`_a`)
 // put the inbox over the pipeline's buffers (the cluster meets once more first, so no block
 // still reads them), and spend the room on one more stage where two blocks still fit a
 // multiprocessor (linear::tile_wg_aliased_stages).
