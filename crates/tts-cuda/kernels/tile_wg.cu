@@ -29,12 +29,8 @@
 // Inbox row stride (floats): 128 outputs and one of padding.
 #define TILE_WG_LD (TILE_N + 1)
 // Pipeline stages by row tiles: 4 for up to 24 rows (two blocks of up to 109 KiB still fit
-// a multiprocessor), else tile.cu's 3 (linear::tile_wg_stages). The aliased entries (`_a`)
-// put the inbox over the pipeline's buffers (the cluster meets once more first, so no block
-// still reads them), and spend the room on one more stage where two blocks still fit a
-// multiprocessor (linear::tile_wg_aliased_stages).
+// a multiprocessor), else tile.cu's 3 (linear::tile_wg_stages).
 #define TILE_WG_STAGES(MT) ((MT) <= 3 ? 4 : TILE_STAGES)
-#define TILE_WG_ALIASED_STAGES(MT) ((MT) == 2 ? 5 : (MT) <= 4 ? 4 : 3)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // A shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes
@@ -112,7 +108,7 @@ struct TileChain {
     float* ss_out;
 };
 
-template <int MT, int STAGES, bool ALIAS>
+template <int MT>
 __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, int K,
                                              const bf16* __restrict__ xb, int M,
                                              const float* __restrict__ bias, int act,
@@ -121,6 +117,7 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char tile_smem[];
     constexpr unsigned STAGE = TILE_N * 128 + 16 * MT * 128;
+    constexpr int STAGES = TILE_WG_STAGES(MT);
     static_assert(STAGE % 1024 == 0, "stages on 1024-byte boundaries");
     const unsigned base = (smem_addr(tile_smem) + 1023u) & ~1023u;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -163,20 +160,11 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
     // 8 j + 2 (lane % 4) + q % 2; slots j < MT are hi parts, j + MT the lo parts of the same
     // rows, added here. Row m is finished by rank (m / 2) % S, as tile.cu's split of the
     // outputs; there it is local row r = 2 (m / 2 / S) + m % 2 of the inbox, and the inbox
-    // holds [sender rank][local row][n] after the pipeline, or over it in the aliased
-    // entries (stride TILE_WG_LD).
+    // holds [sender rank][local row][n] after the pipeline (stride TILE_WG_LD).
     const int rows = M < 8 * MT ? M : 8 * MT;
     const int pairs = (rows + 1) / 2, local_rows = 2 * ((pairs + S - 1) / S);
-    const unsigned inbox = ALIAS ? base : base + STAGES * STAGE;
+    const unsigned inbox = base + STAGES * STAGE;
     float* inbox_p = (float*)(tile_smem + (inbox - smem_addr(tile_smem)));
-    // over the pipeline: every block of the cluster (every warpgroup of this block) is
-    // done with its buffers before any partial lands there
-    if (ALIAS) {
-        if (S > 1)
-            cluster_sync_all();
-        else
-            __syncthreads();
-    }
 #pragma unroll
     for (int j = 0; j < MT; j++)
 #pragma unroll
@@ -254,20 +242,16 @@ __device__ __forceinline__ void tile_wg_body(const bf16* __restrict__ W, int N, 
 }
 
 // tile.cu's entry point arguments, then the chain's (TileChain, in its order).
-#define TILE_WG_KERNEL(NAME, MT, STAGES, ALIAS)                                                 \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS) NAME(                            \
+#define TILE_WG_KERNEL(MT)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS) tile_wg_linear_t##MT(            \
         const bf16* __restrict__ W, int N, int K, const bf16* __restrict__ xb, int M,           \
         const float* __restrict__ bias, int act, const float* res, int ldr, float* Y, int ldy, \
         const float* ss_in, float eps, bf16* xo, const float* xo_g, float* ss_out) {            \
-        tile_wg_body<MT, STAGES, ALIAS>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy,            \
-                                        TileChain{ss_in, eps, xo, xo_g, ss_out});               \
+        tile_wg_body<MT>(W, N, K, xb, M, bias, act, res, ldr, Y, ldy,                           \
+                         TileChain{ss_in, eps, xo, xo_g, ss_out});                              \
     }
 
-TILE_WG_KERNEL(tile_wg_linear_t2, 2, TILE_WG_STAGES(2), false)
-TILE_WG_KERNEL(tile_wg_linear_t3, 3, TILE_WG_STAGES(3), false)
-TILE_WG_KERNEL(tile_wg_linear_t4, 4, TILE_WG_STAGES(4), false)
-TILE_WG_KERNEL(tile_wg_linear_t8, 8, TILE_WG_STAGES(8), false)
-TILE_WG_KERNEL(tile_wg_linear_t2_a, 2, TILE_WG_ALIASED_STAGES(2), true)
-TILE_WG_KERNEL(tile_wg_linear_t3_a, 3, TILE_WG_ALIASED_STAGES(3), true)
-TILE_WG_KERNEL(tile_wg_linear_t4_a, 4, TILE_WG_ALIASED_STAGES(4), true)
-TILE_WG_KERNEL(tile_wg_linear_t8_a, 8, TILE_WG_ALIASED_STAGES(8), true)
+TILE_WG_KERNEL(2)
+TILE_WG_KERNEL(3)
+TILE_WG_KERNEL(4)
+TILE_WG_KERNEL(8)

@@ -137,7 +137,6 @@ pub fn looked_up_kernels() -> Vec<(&'static str, bool)> {
     let tables = [
         &crate::linear::TILE_KERNELS[..],
         &crate::linear::TILE_WG_KERNELS,
-        &crate::linear::TILE_WG_ALIASED_KERNELS,
         &crate::linear::WIDE_KERNELS,
     ];
     let pdl = KERNELS
@@ -366,12 +365,7 @@ impl Gpu {
         let tile_wg = tiles && arch == "sm_90a" && {
             let sizes =
                 crate::linear::TILE_WG_KERNELS.map(|(k, mt)| (k, crate::linear::tile_wg_smem(mt)));
-            let aliased = crate::linear::TILE_WG_ALIASED_KERNELS
-                .map(|(k, mt)| (k, crate::linear::tile_wg_aliased_smem(mt)));
-            usable(
-                "warpgroup tile linear kernels",
-                allow_smem(&funcs, sizes.into_iter().chain(aliased)),
-            )
+            usable("warpgroup tile linear kernels", allow_smem(&funcs, sizes))
         };
         // wide.cu stages its rows in up to WIDE_SMEM bytes of shared memory
         let wides = maj >= 9 && {
@@ -617,7 +611,6 @@ mod tests {
         let tables = [
             &crate::linear::TILE_KERNELS[..],
             &crate::linear::TILE_WG_KERNELS,
-            &crate::linear::TILE_WG_ALIASED_KERNELS,
             &crate::linear::WIDE_KERNELS,
             &crate::linear::STAGED_MMA_KERNELS,
         ];

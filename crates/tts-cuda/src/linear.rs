@@ -33,9 +33,8 @@ pub use staged::{
     STAGED_MAX_SMEM, STAGED_MMA_KERNELS, STAGED_MMA_MAX_SMEM,
 };
 pub use tile::{
-    tile_entry_smem, tile_kernel, tile_pipeline, tile_smem, tile_wg_aliased_smem,
-    tile_wg_aliased_stages, tile_wg_smem, tile_wg_stages, TILE_KERNELS, TILE_WG_ALIASED_KERNELS,
-    TILE_WG_KERNELS,
+    tile_entry_smem, tile_kernel, tile_pipeline, tile_smem, tile_wg_smem, tile_wg_stages,
+    TILE_KERNELS, TILE_WG_KERNELS,
 };
 
 /// A device linear layer: bf16 weight `[n][k]`, optional f32 bias `[n]`, and for an FP8

@@ -192,8 +192,6 @@ pub struct LinearPaths {
     /// [`LinearPath::Tile`] multiplies with warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp MMA: the device has it, and it is wanted.
     pub tile_wg: bool,
-    /// `tile_wg.cu` launches take its aliased entries (`CudaOptions::tile_wg_alias`).
-    pub tile_wg_alias: bool,
     /// The device runs `wide.cu` ([`LinearPath::Wide`]), and it is wanted.
     pub wide: bool,
     /// A cuBLAS epilogue writes the split input rows of the layer that reads its output

@@ -94,8 +94,6 @@ pub fn create_cuda(
         tile_linear: on_unless_zero("QWEN3_TTS_TILE_LINEAR"),
         // tile.cu's path with warpgroup MMA (tile_wg.cu; 0: tile.cu's warp MMA)
         tile_wgmma: on_unless_zero("QWEN3_TTS_TILE_WGMMA"),
-        // tile_wg.cu's aliased entries: the inbox over the pipeline, one more stage (=1)
-        tile_wg_alias: std::env::var("QWEN3_TTS_TILE_WG_ALIAS").is_ok_and(|v| v == "1"),
         // prefill passes of 17 to 24 tokens padded to 24 (0: to 32)
         prefill_bucket_24: on_unless_zero("QWEN3_TTS_PREFILL_24"),
         // wide.cu for 17..=64 rows (=1; off by default: slower on the H200)

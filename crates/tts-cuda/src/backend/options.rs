@@ -66,11 +66,6 @@ pub struct CudaOptions {
     /// Let that path multiply with Hopper's warpgroup MMA (`tile_wg.cu`, sm_90a) instead of
     /// `tile.cu`'s warp-level MMA, where the device has it; off: `tile.cu`.
     pub tile_wgmma: bool,
-    /// Let `tile_wg.cu` launches take its aliased entries (`linear::TILE_WG_ALIASED_KERNELS`):
-    /// the inbox of partial sums over the pipeline's buffers (the cluster meets once more
-    /// first) and one more pipeline stage (5 up to 16 rows, 4 up to 32), two blocks per
-    /// multiprocessor still. Off: the inbox after the pipeline.
-    pub tile_wg_alias: bool,
     /// Pad a prefill pass of 17 to 24 tokens to 24 (`tile_wg.cu`'s 24-row entry) instead
     /// of 32 (`prefill_plan::token_bucket`).
     pub prefill_bucket_24: bool,
@@ -299,7 +294,6 @@ impl Default for CudaOptions {
             cluster_linear: true,
             tile_linear: true,
             tile_wgmma: true,
-            tile_wg_alias: false,
             prefill_bucket_24: true,
             wide_linear: false,
             chain_split: true,

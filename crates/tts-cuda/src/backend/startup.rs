@@ -53,7 +53,6 @@ fn choose_paths(ws: &mut Workspace, opts: &CudaOptions) {
     paths.cluster &= opts.cluster_linear;
     paths.tile &= opts.tile_linear;
     paths.tile_wg &= opts.tile_wgmma;
-    paths.tile_wg_alias = opts.tile_wg_alias;
     paths.wide &= opts.wide_linear;
     paths.chain_split &= opts.chain_split;
     paths.chain_attention = opts.chain_attention;

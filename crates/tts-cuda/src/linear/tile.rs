@@ -40,25 +40,11 @@ pub const TILE_WG_KERNELS: [(&str, usize); 4] = [
     ("tile_wg_linear_t8", 8),
 ];
 
-/// `tile_wg.cu`'s aliased entry points: the inbox over the pipeline's buffers, and one more
-/// stage where two blocks still fit a multiprocessor ([`tile_wg_aliased_stages`]), by the same
-/// rows.
-pub const TILE_WG_ALIASED_KERNELS: [(&str, usize); 4] = [
-    ("tile_wg_linear_t2_a", 2),
-    ("tile_wg_linear_t3_a", 3),
-    ("tile_wg_linear_t4_a", 4),
-    ("tile_wg_linear_t8_a", 8),
-];
-
 /// The entry point a call of `m` rows launches: (name, row tiles of 8) of [`TILE_KERNELS`],
-/// or with `wg` (`paths.tile_wg`) of [`TILE_WG_KERNELS`], or with `aliased` too of
-/// [`TILE_WG_ALIASED_KERNELS`]: the fewest row tiles that hold `m` (up to 64).
-pub fn tile_kernel(m: usize, wg: bool, aliased: bool) -> (&'static str, usize) {
-    let entries: &[(&'static str, usize)] = match (wg, aliased) {
-        (false, _) => &TILE_KERNELS,
-        (true, false) => &TILE_WG_KERNELS,
-        (true, true) => &TILE_WG_ALIASED_KERNELS,
-    };
+/// or with `wg` (`paths.tile_wg`) of [`TILE_WG_KERNELS`]: the fewest row tiles that hold `m`
+/// (up to 64).
+pub fn tile_kernel(m: usize, wg: bool) -> (&'static str, usize) {
+    let entries: &[(&'static str, usize)] = if wg { &TILE_WG_KERNELS } else { &TILE_KERNELS };
     let last = entries[entries.len() - 1];
     entries
         .iter()
@@ -72,26 +58,16 @@ pub fn tile_kernel(m: usize, wg: bool, aliased: bool) -> (&'static str, usize) {
 /// a 1024-byte boundary, and its inbox of partial sums (`[sender][local row][129]` f32;
 /// senders × local rows <= 8 `mt` + 14 for up to 8 senders).
 pub const fn tile_wg_smem(mt: usize) -> usize {
-    tile_wg_smem_of(tile_wg_stages(mt), mt)
+    tile_pipeline(tile_wg_stages(mt), mt) + 1024 + tile_wg_inbox(mt)
 }
 
-/// The same for an aliased entry ([`TILE_WG_ALIASED_KERNELS`])
-/// (its inbox lies over the pipeline, which is larger).
-pub const fn tile_wg_aliased_smem(mt: usize) -> usize {
-    tile_pipeline(tile_wg_aliased_stages(mt), mt) + 1024
-}
-
-const fn tile_wg_smem_of(stages: usize, mt: usize) -> usize {
-    tile_pipeline(stages, mt) + 1024 + tile_wg_inbox(mt)
-}
-
-/// The dynamic shared memory of the entry [`tile_kernel`] picks with the same `wg` and
-/// `aliased` for `mt` row tiles.
-pub const fn tile_entry_smem(mt: usize, wg: bool, aliased: bool) -> usize {
-    match (wg, aliased) {
-        (false, _) => tile_smem(mt),
-        (true, false) => tile_wg_smem(mt),
-        (true, true) => tile_wg_aliased_smem(mt),
+/// The dynamic shared memory of the entry [`tile_kernel`] picks with the same `wg` for `mt`
+/// row tiles.
+pub const fn tile_entry_smem(mt: usize, wg: bool) -> usize {
+    if wg {
+        tile_wg_smem(mt)
+    } else {
+        tile_smem(mt)
     }
 }
 
@@ -99,16 +75,6 @@ pub const fn tile_entry_smem(mt: usize, wg: bool, aliased: bool) -> usize {
 /// senders) rows of 129 f32.
 const fn tile_wg_inbox(mt: usize) -> usize {
     (8 * mt + 2 * (TILE_MAX_SPLITS - 1)) * (TILE_N + 1) * 4
-}
-
-/// Pipeline stages of an aliased `tile_wg.cu` block (`TILE_WG_ALIASED_STAGES`): 5 up to 16
-/// rows, 4 up to 32, 3 up to 64 (two blocks of at most 101 KiB per multiprocessor).
-pub const fn tile_wg_aliased_stages(mt: usize) -> usize {
-    match mt {
-        2 => 5,
-        3 | 4 => 4,
-        _ => 3,
-    }
 }
 
 /// Pipeline stages of a `tile_wg.cu` block (`TILE_WG_STAGES`): 4 for up to 24 rows (two
@@ -140,8 +106,7 @@ pub(super) fn tile(
     let splits = tile_split(l.n, l.k)
         .ok_or_else(|| CudaError::Shape(format!("tile linear cannot take {}x{}", l.n, l.k)))?;
     let wg = scratch.paths.tile_wg;
-    let aliased = wg && scratch.paths.tile_wg_alias;
-    let (name, mt) = tile_kernel(m, wg, aliased);
+    let (name, mt) = tile_kernel(m, wg);
     let mut args = split_rows_args(l, scratch.split_buf(input.buf), c).to_vec();
     let out = wg
         .then(|| chain_to(gpu, l, c, scratch, input, next))
@@ -165,7 +130,7 @@ pub(super) fn tile(
         ]);
     }
     let grid = (splits as u32, (l.n / TILE_N) as u32, 1);
-    let smem = tile_entry_smem(mt, wg, aliased) as u32;
+    let smem = tile_entry_smem(mt, wg) as u32;
     if splits == 1 {
         gpu.launch_with(name, grid, 256, smem, &args)?;
     } else {
@@ -211,46 +176,27 @@ fn chain_to(
 
 #[cfg(test)]
 mod tests {
-    use super::{tile_pipeline, tile_wg_aliased_smem, tile_wg_aliased_stages};
-    use super::{tile_wg_smem, tile_wg_stages, TILE_MAX_SPLITS, TILE_N};
+    use super::{tile_pipeline, tile_wg_smem, tile_wg_stages, TILE_MAX_SPLITS, TILE_N};
 
     /// `tile_wg.cu`'s index arithmetic, mirrored: for every row count a kernel takes and
     /// every cluster size, each row has exactly one finishing rank and local row, the
     /// finishing rank walks exactly its rows, and the inbox (senders × local rows of 129
     /// floats) fits after the pipeline in the shared memory the host asks for; the kernel
     /// for up to 24 rows still fits two blocks on an H200 multiprocessor (228 KiB, 1 KiB
-    /// reserved per block), every kernel one (227 KiB at most); an aliased entry's inbox
-    /// fits in its pipeline and two of its blocks on a multiprocessor.
+    /// reserved per block), every kernel one (227 KiB at most).
     #[test]
     fn tile_wg_inbox_fits_and_every_row_has_one_finisher() {
-        // (stages, shared memory, the inbox lies over the pipeline)
-        let kinds = [
-            (
-                tile_wg_stages as fn(usize) -> usize,
-                tile_wg_smem as fn(usize) -> usize,
-                false,
-            ),
-            (tile_wg_aliased_stages, tile_wg_aliased_smem, true),
-        ];
-        for (mt, (stages, smem, aliased)) in [2usize, 3, 4, 8]
-            .into_iter()
-            .flat_map(|mt| kinds.map(|k| (mt, k)))
-        {
-            let pipeline = tile_pipeline(stages(mt), mt);
-            assert!(smem(mt) <= 227 << 10, "mt {mt}");
+        for mt in [2usize, 3, 4, 8] {
+            let pipeline = tile_pipeline(tile_wg_stages(mt), mt);
+            assert!(tile_wg_smem(mt) <= 227 << 10, "mt {mt}");
             for splits in [1usize, 2, 4, 8] {
                 assert!(splits <= TILE_MAX_SPLITS);
                 for rows in 1..=8 * mt {
                     let pairs = rows.div_ceil(2);
                     let local_rows = 2 * pairs.div_ceil(splits);
                     let inbox = splits * local_rows * (TILE_N + 1) * 4;
-                    let room = if aliased {
-                        pipeline.max(inbox)
-                    } else {
-                        pipeline + inbox
-                    };
                     assert!(
-                        room + 1023 <= smem(mt),
+                        pipeline + 1023 + inbox <= tile_wg_smem(mt),
                         "mt {mt}, {splits} splits, {rows} rows"
                     );
                     // where the senders put row m
@@ -282,13 +228,6 @@ mod tests {
         // four stages still fit two blocks a multiprocessor, up to 24 rows
         for mt in [2, 3] {
             assert!(2 * (tile_wg_smem(mt) + 1024) <= 228 << 10, "mt {mt}");
-        }
-        // the aliased entries: two blocks a multiprocessor at every size
-        for mt in [2, 3, 4, 8] {
-            assert!(
-                2 * (tile_wg_aliased_smem(mt) + 1024) <= 228 << 10,
-                "mt {mt}"
-            );
         }
     }
 }

@@ -35,10 +35,6 @@ Entry entry(const std::string& name) {
     if (name == "tile_wg_linear_t3") return tile_wg_linear_t3;
     if (name == "tile_wg_linear_t4") return tile_wg_linear_t4;
     if (name == "tile_wg_linear_t8") return tile_wg_linear_t8;
-    if (name == "tile_wg_linear_t2_a") return tile_wg_linear_t2_a;
-    if (name == "tile_wg_linear_t3_a") return tile_wg_linear_t3_a;
-    if (name == "tile_wg_linear_t4_a") return tile_wg_linear_t4_a;
-    if (name == "tile_wg_linear_t8_a") return tile_wg_linear_t8_a;
     if (name == "tile_linear_t2") return TILE_MMA_ENTRY(tile_linear_t2);
     if (name == "tile_linear_t4") return TILE_MMA_ENTRY(tile_linear_t4);
     if (name == "tile_linear_t8") return TILE_MMA_ENTRY(tile_linear_t8);

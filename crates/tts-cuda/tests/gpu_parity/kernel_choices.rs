@@ -83,57 +83,12 @@ fn tile_chain_matches_separate_conversion() {
     }
 }
 
-/// `tile_wg.cu`'s aliased entries (`CudaOptions::tile_wg_alias`: the inbox over the
-/// pipeline's buffers, one more stage; the same products summed in the same order) give the
-/// same bits as its usual ones: 20 rows in lock step on the 1.7B geometry (prefills of 16
-/// and 24 or 32 tokens, talker steps and code-predictor calls on `tile_wg_linear_t2` / `t4`; the
-/// demo's shapes never take the tile path) sample the same codes for 4 frames with
-/// bit-identical logits.
-#[test]
-fn aliased_tile_inbox_gives_the_same_bits() {
-    let test = "aliased_tile_inbox_gives_the_same_bits";
-    let rows = 20usize;
-    let opts = |tile_wg_alias| {
-        // (a pass per prompt: their 16 and 32 tokens on the tile path, not hundreds on cuBLAS)
-        let mut o = CudaOptions {
-            tile_wg_alias,
-            batched_prefill: false,
-            ..options(false)
-        };
-        o.limits.max_slots = 24;
-        o.limits.max_batch = 32;
-        o
-    };
-    for name in models_to_check() {
-        let model = Model::load(name, LoadOptions::default()).unwrap();
-        let prompts = many_prompts(&model, rows, 3, |i| {
-            if i % 2 == 0 {
-                format!("Request {i}, a short one.")
-            } else {
-                format!("Request {i}, a longer one, whose prompt takes the prefill past sixteen tokens.")
-            }
-        });
-        let seeds: Vec<u64> = (0..rows as u64).map(|i| 240 + i).collect();
-        let Some(usual) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 4) else {
-            return;
-        };
-        let aliased = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
-        assert_same_run(
-            &format!("{name}, aliased inbox"),
-            &aliased,
-            &usual,
-            f32::MIN_POSITIVE,
-        );
-        eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits bit for bit");
-    }
-}
-
 /// A prefill pass of 17 to 24 tokens padded to 24 (`CudaOptions::prefill_bucket_24`: its
 /// linear layers on `tile_wg_linear_t3` on the 1.7B geometry) computes what the same pass
 /// padded to 32 computes (`t4`; padding tokens come after every real one and write
 /// nothing): 6 rows of one voice, each prompt 17 to 24 tokens after the head (cached after
-/// the first) and prefilled alone,
-/// give identical sampled codes for 4 frames and logits within f32 rounding of each other.
+/// the first) and prefilled alone, give identical sampled codes for 4 frames and logits
+/// within 1e-5 of each other (an H100 gave both).
 #[test]
 fn prefill_bucket_24_matches_bucket_32() {
     let test = "prefill_bucket_24_matches_bucket_32";

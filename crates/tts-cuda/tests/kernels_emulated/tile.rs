@@ -2,7 +2,7 @@
 //! path [`LinearPath::Tile`] takes when `LinearPaths::tile_wg` is off (the knob
 //! `QWEN3_TTS_TILE_WGMMA=0`), checked through the emulator's ldmatrix / mma.sync twins
 //! (`emu/mma_twins.hpp`) with `emu/wgmma_tile.cpp`'s reference and checks, on
-//! the backend's launch plans (`linear::tile`): `tile_kernel(m, false, false)`, `tile_split`'s
+//! the backend's launch plans (`linear::tile`): `tile_kernel(m, false)`, `tile_split`'s
 //! cluster, `n / 128` column blocks, `tile_smem`, and none of tile_wg.cu's chain arguments.
 
 use tts_cuda::linear::{tile_kernel, tile_split, LinearPath, LinearPaths};
@@ -39,7 +39,7 @@ fn tile_t2_runs_the_talker_gate_up() {
     let mut args = Vec::new();
     for m in [4, 16] {
         assert_eq!(paths.choose(m, n, k), LinearPath::Tile, "{m} rows");
-        assert_eq!(tile_kernel(m, false, false).0, "tile_linear_t2");
+        assert_eq!(tile_kernel(m, false).0, "tile_linear_t2");
         case(&mut args, false, GATE_UP, m, gate_up);
     }
     run_driver("tile_t2_runs_the_talker_gate_up", &args);
@@ -66,8 +66,8 @@ fn tile_t4_t8_and_single_blocks_match_the_reference() {
     assert_eq!(forced.choose(40, 256, 192), LinearPath::Tile);
     assert_eq!(tile_split(DOWN.0, DOWN.1), Some(8));
     assert_eq!(tile_split(256, 192), Some(1));
-    assert_eq!(tile_kernel(32, false, false).0, "tile_linear_t4");
-    assert_eq!(tile_kernel(40, false, false).0, "tile_linear_t8");
+    assert_eq!(tile_kernel(32, false).0, "tile_linear_t4");
+    assert_eq!(tile_kernel(40, false).0, "tile_linear_t8");
 
     let mut args = Vec::new();
     let gate_up = Call {

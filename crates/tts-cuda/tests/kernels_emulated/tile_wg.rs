@@ -52,38 +52,23 @@ pub(crate) struct Call {
 }
 
 /// The driver's arguments for `shape` at `m` rows on the launch the backend makes
-/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, its aliased
-/// entries with `aliased` too, else tile.cu's), `tile_split`'s cluster size, `n / 128`
-/// column blocks and the entry's shared memory (`tile_entry_smem`).
+/// (`linear::tile`): the entry point `tile_kernel` picks (tile_wg.cu's with `wg`, else
+/// tile.cu's), `tile_split`'s cluster size, `n / 128` column blocks and the entry's shared
+/// memory (`tile_entry_smem`).
 pub(crate) fn case(args: &mut Vec<String>, wg: bool, shape: (usize, usize), m: usize, call: Call) {
-    case_of(args, (wg, false), shape, m, call);
-}
-
-/// [`case`] on an aliased `tile_wg.cu` entry.
-fn aliased_case(args: &mut Vec<String>, shape: (usize, usize), m: usize, call: Call) {
-    case_of(args, (true, true), shape, m, call);
-}
-
-fn case_of(
-    args: &mut Vec<String>,
-    (wg, aliased): (bool, bool),
-    shape: (usize, usize),
-    m: usize,
-    call: Call,
-) {
     let (n, k) = shape;
     assert!(n % TILE_N == 0);
     let splits = tile_split(n, k).unwrap_or_else(|| panic!("the tile kernels take {n}x{k}"));
     // whole 64-wide K tiles per block of the cluster
     assert!((k / splits).is_multiple_of(TILE_K));
-    let (name, mt) = tile_kernel(m, wg, aliased);
+    let (name, mt) = tile_kernel(m, wg);
     assert!(m <= 8 * mt);
     assert!(
         wg || !(call.ss_in || call.xo || call.xo_g || call.ss_out),
         "tile.cu has no chain"
     );
     args.push(name.to_string());
-    let smem = tile_entry_smem(mt, wg, aliased);
+    let smem = tile_entry_smem(mt, wg);
     let fields = [n, k, m, splits, smem, call.act];
     let flags = [
         call.bias,
@@ -201,10 +186,10 @@ fn tile_wg_t4_t8_and_single_blocks_match_the_reference() {
 #[test]
 fn tile_wg_t3_matches_the_reference() {
     let mut args = Vec::new();
-    assert_eq!(tile_kernel(17, true, false).0, "tile_wg_linear_t3");
-    assert_eq!(tile_kernel(24, true, false).0, "tile_wg_linear_t3");
-    assert_eq!(tile_kernel(25, true, false).0, "tile_wg_linear_t4");
-    assert_eq!(tile_kernel(24, false, false).0, "tile_linear_t4");
+    assert_eq!(tile_kernel(17, true).0, "tile_wg_linear_t3");
+    assert_eq!(tile_kernel(24, true).0, "tile_wg_linear_t3");
+    assert_eq!(tile_kernel(25, true).0, "tile_wg_linear_t4");
+    assert_eq!(tile_kernel(24, false).0, "tile_linear_t4");
     let deferred = Call {
         ss_in: true,
         ..Call::default()
@@ -227,81 +212,6 @@ fn tile_wg_t3_matches_the_reference() {
     case(&mut args, true, DOWN, 17, down);
     run_emulated(
         "tile_wg_t3_matches_the_reference",
-        "wgmma_tile.cpp",
-        FILES,
-        &args,
-    );
-}
-
-/// The aliased entries (`tile_wg_linear_t*_a`: the inbox over the pipeline's buffers, 5
-/// stages up to 16 rows, 4 up to 32, 3 up to 64) on the talker's matrices: clusters of 8
-/// (O at 9 rows, down at 32), 4 (QKV at 16 rows; at 40 rows on `t8_a`) and 2 (gate/up at
-/// 20 rows, on `t3_a`), and a shape of no cluster (256 × 192 at 5 rows), whose partial sums land
-/// where the pipeline was; K tiles fewer than the
-/// pipeline holds (O: 4 tiles) and more, so the ring wraps; with the chain's deferred norm
-/// and split-row writes, SwiGLU pairs and a residual in place.
-#[test]
-fn tile_wg_aliased_entries_match_the_reference() {
-    let mut args = Vec::new();
-    let chained = Call {
-        res: true,
-        in_place: true,
-        xo: true,
-        xo_g: true,
-        ss_out: true,
-        again: true,
-        ..Call::default()
-    };
-    aliased_case(&mut args, O, 9, chained);
-    let deferred = Call {
-        ss_in: true,
-        ..Call::default()
-    };
-    aliased_case(&mut args, QKV, 16, deferred);
-    aliased_case(
-        &mut args,
-        DOWN,
-        32,
-        Call {
-            res: true,
-            in_place: true,
-            ..Call::default()
-        },
-    );
-    aliased_case(
-        &mut args,
-        QKV,
-        40,
-        Call {
-            act: 1,
-            bias: true,
-            res: true,
-            ..Call::default()
-        },
-    );
-    let gate_up = Call {
-        act: 2,
-        xo: true,
-        again: true,
-        ..deferred
-    };
-    aliased_case(&mut args, GATE_UP, 20, gate_up);
-    // no cluster (K = 192): the block's own inbox over its pipeline, after its barrier
-    assert_eq!(tile_split(256, 192), Some(1));
-    aliased_case(
-        &mut args,
-        (256, 192),
-        5,
-        Call {
-            bias: true,
-            xo: true,
-            xo_g: true,
-            ss_out: true,
-            ..chained
-        },
-    );
-    run_emulated(
-        "tile_wg_aliased_entries_match_the_reference",
         "wgmma_tile.cpp",
         FILES,
         &args,
