@@ -63,7 +63,7 @@ pub fn repeated_slot(slots: &[u32]) -> Option<u32> {
 pub fn token_bucket(n: usize, b24: bool) -> usize {
     match n {
         1 => 1,
-        2..=16 => 16,
+        0..=16 => 16,
         17..=24 if b24 => 24,
         _ => n.next_power_of_two(),
     }
