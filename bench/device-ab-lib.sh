@@ -1,12 +1,12 @@
 # Shared by the same-machine A/B scripts (sourced; repository root of the device machine):
-# unpacks both kernel caches carried in .device-carry/ (kcache.tgz: the tree's build,
-# kcache_head.tgz: a base build's), records the GPU in $OUT/gpu.txt, and defines
+# bench/device-env.sh (the binaries, the tree's kernel cache kcache.tgz), then the base
+# build's cache (kcache_head.tgz) unpacked too, records the GPU in $OUT/gpu.txt, and defines
 #   run NAME BINARY CACHE [KNOB=VALUE...]
 # which runs BINARY's `bench-stages` over $BATCHES with that cache and those knobs into
 # $OUT/stages_NAME.{json,txt} and prints its stage lines.
-D=.device-carry
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64 QWEN3_TTS_FIXTURES=$PWD/fixtures
-tar xzf $D/kcache.tgz -C $D && tar xzf $D/kcache_head.tgz -C $D
+# shellcheck source=bench/device-env.sh
+source bench/device-env.sh
+tar xzf $D/kcache_head.tgz -C $D
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 run() { # name binary cache knobs...

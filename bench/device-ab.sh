@@ -8,11 +8,9 @@
 # Each variant writes two files, and a device call brings back only a few files from its
 # $OUT: there, set OUT to a scratch folder and PACK=<device call's $OUT>/<name>.tgz.
 set -u
-D=.device-carry
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
-[ -d "$PWD/.device-carry/kcache" ] && export QWEN3_TTS_KERNEL_CACHE=$PWD/.device-carry/kcache
 if [ "${PARITY:-1}" = 1 ]; then
     STAGES=0 bash bench/device-check.sh
 fi

@@ -3,9 +3,9 @@
 # [".device-carry"]): the release server binary, the GPU test binaries (gpu_parity,
 # gpu_codec, gpu_sampling), the codec_first_calls example with FIRST_CALLS=1 (for
 # startup-check.sh; codec_pass too with CODEC_PASS=1), and the NVRTC kernel cache for the
-# H200 (sm_90a, crates/tts-cuda/examples/kernel_cache.rs), packed as kcache.tgz. The
-# device scripts (device-env.sh and those that source it) unpack and use the cache, so a
-# binary does not compile its kernels first (~2 min). Needs NVRTC here, from PyPI as scripts/test-all.sh
+# H200 (sm_90a, crates/tts-cuda/examples/kernel_cache.rs), packed as kcache.tgz; the
+# binaries gzipped. The device scripts (device-env.sh and those that source it) unpack
+# them and use the cache, so a binary does not compile its kernels first (~2 min). Needs NVRTC here, from PyPI as scripts/test-all.sh
 # fetches it. Usage (repository root): bash bench/device-build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ mkdir -p "$D"
 cp target/release/qwen3-tts "$D/"
 # a carry holds 64 MiB with the tracked tree (~25 MiB): codec_first_calls and codec_pass
 # (~6 MB each) only when asked
-rm -f "$D/codec_pass" "$D/codec_first_calls"
+rm -f "$D/codec_pass" "$D/codec_first_calls" "$D/codec_pass.gz" "$D/codec_first_calls.gz"
 if [ "${FIRST_CALLS:-0}" = 1 ]; then cp target/release/examples/codec_first_calls "$D/"; fi
 if [ "${CODEC_PASS:-0}" = 1 ]; then cp target/release/examples/codec_pass "$D/"; fi
 for t in gpu_parity gpu_codec gpu_sampling; do
@@ -35,6 +35,10 @@ done
 strip "$D/qwen3-tts" "$D/gpu_parity" "$D/gpu_codec" "$D/gpu_sampling"
 for f in codec_pass codec_first_calls; do
     if [ -e "$D/$f" ]; then strip "$D/$f"; fi
+done
+# carried gzipped (less than half the bytes); bench/device-env.sh unpacks them there
+for f in qwen3-tts gpu_parity gpu_codec gpu_sampling codec_pass codec_first_calls; do
+    if [ -e "$D/$f" ]; then gzip -f "$D/$f"; fi
 done
 cache=$(mktemp -d)
 QWEN3_TTS_CUDA_LIB_DIRS="$nvrtc_dir" QWEN3_TTS_KERNEL_CACHE="$cache/kcache" \

@@ -1,12 +1,19 @@
 # Sourced by the device scripts (repository root of the device machine): the CUDA
 # libraries' path, the test fixtures, D=.device-carry (the binaries bench/device-build.sh
-# built here, carried), and the kernels
+# built here, carried, gzipped or not), and the kernels
 # compiled here ahead (crates/tts-cuda/examples/kernel_cache.rs), when carried, packed
 # (kcache.tgz) or not; without them a binary compiles its kernels first (~2 min).
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # the GPU tests' fixtures (their built-in path is this machine's checkout)
 export QWEN3_TTS_FIXTURES=$PWD/fixtures
 D=.device-carry
+# binaries carried gzipped (bench/device-build.sh's note: the carry holds 64 MiB), unpacked
+# beside them once
+for gz in "$D"/*.gz; do
+    [ -e "$gz" ] || continue
+    bin=${gz%.gz}
+    if [ ! -x "$bin" ]; then gunzip -c "$gz" > "$bin" && chmod +x "$bin"; fi
+done
 if [ -f "$D/kcache.tgz" ] && [ ! -d "$D/kcache" ]; then
     tar xzf "$D/kcache.tgz" -C "$D"
 fi

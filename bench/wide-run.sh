@@ -2,12 +2,9 @@
 # wide.cu on the H200: its parity cases first, the kernel table, stage A/B (wide on / off),
 # then the whole parity suite with the time left. Binaries and kcache.tgz in .device-carry/.
 set -u
-D=.device-carry
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-[ -f $D/kcache.tgz ] && tar xzf $D/kcache.tgz -C $D
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
-export QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache QWEN3_TTS_FIXTURES=$PWD/fixtures
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 t0=$(date +%s)
 timeout 120 $D/gpu_parity --test-threads=1 tensor_core_linear > "$OUT/parity_linear.txt" 2>&1
