@@ -119,12 +119,7 @@ fn prefill_bucket_24_matches_bucket_32() {
             return;
         };
         let b24 = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
-        let worst = b24
-            .1
-            .iter()
-            .zip(&b32.1)
-            .map(|(a, b)| rel_err(a, b))
-            .fold(0f32, f32::max);
+        let worst = worst_logits_err(&b24, &b32);
         assert_same_run(&format!("{name}, 24-token bucket"), &b24, &b32, 1e-5);
         eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
     }

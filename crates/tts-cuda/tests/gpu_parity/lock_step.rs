@@ -74,6 +74,14 @@ pub(crate) fn assert_same_run(what: &str, (fa, la): &LockStep, (fb, lb): &LockSt
     }
 }
 
+/// The largest last-head logits rel err of `run` against `base` over their frames.
+pub(crate) fn worst_logits_err((_, la): &LockStep, (_, lb): &LockStep) -> f32 {
+    la.iter()
+        .zip(lb)
+        .map(|(a, b)| rel_err(a, b))
+        .fold(0f32, f32::max)
+}
+
 /// [`assert_same_run`] for a run over another path than `base`'s: also, on the full-size
 /// model (whose sums the paths round apart), that some logit bit changed, so the path did
 /// run. Returns the largest logits rel err.
@@ -85,12 +93,7 @@ pub(crate) fn assert_same_run_on_another_path(
     tol: f32,
 ) -> f32 {
     assert_same_run(&format!("{model}, {what}"), run, base, tol);
-    let worst = run
-        .1
-        .iter()
-        .zip(&base.1)
-        .map(|(a, b)| rel_err(a, b))
-        .fold(0f32, f32::max);
+    let worst = worst_logits_err(run, base);
     if model != "demo" {
         assert!(
             worst > 0.0,
