@@ -23,6 +23,7 @@ mod startup;
 
 pub use options::{CudaOptions, MaxL1Rows, StagedGemv};
 
+use crate::buckets::batch_bucket;
 use crate::clone_inputs::CloneInputs;
 use crate::codec::DevCodec;
 use crate::device::{Gpu, Graph};
@@ -135,13 +136,16 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// The batch bucket for `n` rows.
+    /// The batch bucket of a talker step or code-predictor loop of `n` rows
+    /// ([`batch_bucket`]).
     pub fn bucket(&self, n: usize) -> usize {
-        let mut b = 1;
-        while b < n {
-            b *= 2;
-        }
-        b.min(self.opts.limits.max_batch)
+        batch_bucket(n, self.opts.limits.max_batch, self.opts.batch_bucket_24)
+    }
+
+    /// The rows bucket of a prefill pass of `n` prompts: a power of two, at most the
+    /// largest batch (its graphs are captured for those).
+    pub fn prefill_rows_bucket(&self, n: usize) -> usize {
+        batch_bucket(n, self.opts.limits.max_batch, false)
     }
 
     fn enqueue(&self, kind: GraphKind, b: usize) -> Result<(), CudaError> {

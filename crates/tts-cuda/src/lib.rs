@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod buckets;
 pub mod clone_inputs;
 pub mod code_predictor;
 pub mod codec;

@@ -96,6 +96,8 @@ pub fn create_cuda(
         tile_wgmma: on_unless_zero("QWEN3_TTS_TILE_WGMMA"),
         // prefill passes of 17 to 24 tokens padded to 24 (0: to 32)
         prefill_bucket_24: on_unless_zero("QWEN3_TTS_PREFILL_24"),
+        // talker steps and code-predictor loops of 17 to 24 rows in a 24-row bucket (=1)
+        batch_bucket_24: std::env::var("QWEN3_TTS_BATCH_24").is_ok_and(|v| v == "1"),
         // wide.cu for 17..=64 rows (=1; off by default: slower on the H200)
         wide_linear: std::env::var("QWEN3_TTS_WIDE_LINEAR").is_ok_and(|v| v == "1"),
         // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)

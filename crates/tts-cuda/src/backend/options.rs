@@ -69,6 +69,10 @@ pub struct CudaOptions {
     /// Pad a prefill pass of 17 to 24 tokens to 24 (`tile_wg.cu`'s 24-row entry) instead
     /// of 32 (`prefill_plan::token_bucket`).
     pub prefill_bucket_24: bool,
+    /// Run a talker step or code-predictor loop of 17 to 24 rows in a 24-row bucket
+    /// (`tile_wg.cu`'s 24-row entry on the batched layers) instead of padding it to 32
+    /// (`batch_bucket`); needs a largest batch of at least 32.
+    pub batch_bucket_24: bool,
     /// Let batched linear layers run on `wide.cu` (one launch, norm and epilogue fused,
     /// each row's result independent of the batch) where the routing picks it (the static
     /// rule: 17..=64 rows). Off by default: on the H200 it is slower than cuBLAS there (its
@@ -295,6 +299,7 @@ impl Default for CudaOptions {
             tile_linear: true,
             tile_wgmma: true,
             prefill_bucket_24: true,
+            batch_bucket_24: false,
             wide_linear: false,
             chain_split: true,
             chain_attention: true,

@@ -149,7 +149,7 @@ impl CudaBackend {
         let n: usize = jobs.iter().map(PrefillJob::tokens).sum();
         // `passes` keeps a pass within the largest batch, so its row bucket holds it
         let tokens = token_bucket(n, self.opts.prefill_bucket_24);
-        let rows = self.bucket(jobs.len());
+        let rows = self.prefill_rows_bucket(jobs.len());
         debug_assert!(rows >= jobs.len());
         // (only cloned-voice prompts have extra rows: the other passes build no table)
         let extra = jobs

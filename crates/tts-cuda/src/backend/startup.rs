@@ -7,6 +7,7 @@ use tts_model::backend::BackendInfo;
 use tts_model::Model;
 
 use super::{Codec, CudaBackend, CudaOptions, GraphKind};
+use crate::buckets::batch_buckets;
 use crate::clone_inputs::CloneInputs;
 use crate::codec::DevCodec;
 use crate::device::Gpu;
@@ -310,8 +311,7 @@ impl CudaBackend {
     /// `CudaOptions::codec_warm_up` is off).
     pub fn warm_up(&mut self) -> Result<(), CudaError> {
         let t0 = std::time::Instant::now();
-        let mut b = 1;
-        while b <= self.opts.limits.max_batch {
+        for b in batch_buckets(self.opts.limits.max_batch, self.opts.batch_bucket_24) {
             for kind in [GraphKind::TalkerStep, GraphKind::CodePredictor] {
                 self.graph(kind, b)?;
             }
@@ -319,7 +319,6 @@ impl CudaBackend {
             if let Some(lane) = &mut self.lane {
                 lane.prepare(&self.talker, &self.cp, state, b)?;
             }
-            b *= 2;
         }
         // Prefill buckets: (rows, tokens), tokens 16, 24, then powers of two (at least the
         // rows); one row also takes a single position (a prefill after a cached head).

@@ -125,6 +125,40 @@ fn prefill_bucket_24_matches_bucket_32() {
     }
 }
 
+/// Talker steps and code-predictor loops of 20 rows in a 24-row bucket
+/// (`CudaOptions::batch_bucket_24`: the batched layers on `tile_wg_linear_t3` on the 1.7B
+/// geometry) compute what the same calls padded to 32 compute (padding rows write
+/// nothing): 20 rows in lock step give identical sampled codes for 4 frames and logits
+/// within 1e-5 of each other.
+#[test]
+fn batch_bucket_24_matches_bucket_32() {
+    let test = "batch_bucket_24_matches_bucket_32";
+    let rows = 20usize;
+    let opts = |batch_bucket_24| {
+        let mut o = CudaOptions {
+            batch_bucket_24,
+            ..options(false)
+        };
+        o.limits.max_slots = 24;
+        o.limits.max_batch = 32;
+        o
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let prompts = many_prompts(&model, rows, 3, |i| {
+            format!("Request {i} of twenty, stepped in the 24-row bucket.")
+        });
+        let seeds: Vec<u64> = (0..rows as u64).map(|i| 500 + i).collect();
+        let Some(b32) = lock_step_on(&model, test, opts(false), &prompts, &seeds, 4) else {
+            return;
+        };
+        let b24 = lock_step_on(&model, test, opts(true), &prompts, &seeds, 4).unwrap();
+        let worst = worst_logits_err(&b24, &b32);
+        assert_same_run(&format!("{name}, 24-row bucket"), &b24, &b32, 1e-5);
+        eprintln!("{test}: {name}, {rows} rows: 4 frames identical, logits rel err {worst:.2e}");
+    }
+}
+
 /// The talker's row attention (`attention_row.cu`: cached K/V rows requested before the
 /// PDL wait, online softmax per lane group, `CudaOptions::row_attention_rows`) computes
 /// what `fused_attention` computes, and its split form (`row_attention_split`, the
