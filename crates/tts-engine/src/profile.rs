@@ -115,6 +115,17 @@ impl Policy {
         Ok(())
     }
 
+    /// Adds a bucket of `rows` between the others (a backend that also captures its
+    /// graphs for that many rows, e.g. 24 with `QWEN3_TTS_BATCH_24=1`); none at or past
+    /// the largest bucket, which stays the most rows of a call.
+    pub fn add_bucket(&mut self, rows: usize) {
+        if rows > 0 && rows < self.max_rows() {
+            if let Err(at) = self.buckets.binary_search(&rows) {
+                self.buckets.insert(at, rows);
+            }
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let ascending = self.buckets.windows(2).all(|w| w[0] < w[1]);
         if self.buckets.is_empty() || self.buckets[0] == 0 || !ascending {
@@ -286,6 +297,25 @@ mod tests {
         assert_eq!(p.bucket_for(64), 64);
         assert_eq!(p.bucket_for(100), 128);
         assert_eq!(p.bucket_for(300), 128);
+    }
+
+    #[test]
+    fn an_added_bucket_goes_between_the_others() {
+        let mut p = Profile::balanced().policy;
+        p.set_max_batch(64).unwrap();
+        p.add_bucket(24);
+        assert_eq!(p.buckets, [1, 2, 4, 8, 16, 24, 32, 64]);
+        p.validate().unwrap();
+        assert_eq!(p.bucket_for(17), 24);
+        assert_eq!(p.bucket_for(25), 32);
+        // again, at or past the largest, or zero: no change
+        for rows in [24, 64, 100, 0] {
+            p.add_bucket(rows);
+        }
+        assert_eq!(p.buckets, [1, 2, 4, 8, 16, 24, 32, 64]);
+        p.set_max_batch(16).unwrap();
+        p.add_bucket(24);
+        assert_eq!(p.buckets, [1, 2, 4, 8, 16]);
     }
 
     #[test]

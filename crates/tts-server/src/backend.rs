@@ -67,6 +67,13 @@ pub fn create(
     })
 }
 
+/// Whether CUDA backends run talker steps and code-predictor loops of 17 to 24 rows in a
+/// 24-row graph bucket (`QWEN3_TTS_BATCH_24=1`; the engine's policy then has that bucket
+/// too, so its top-ups fill it).
+pub fn batch_bucket_24() -> bool {
+    std::env::var("QWEN3_TTS_BATCH_24").is_ok_and(|v| v == "1")
+}
+
 /// Builds the CUDA backend (graphs captured lazily; see `warm_up`).
 pub fn create_cuda(
     model: &Model,
@@ -96,8 +103,7 @@ pub fn create_cuda(
         tile_wgmma: on_unless_zero("QWEN3_TTS_TILE_WGMMA"),
         // prefill passes of 17 to 24 tokens padded to 24 (0: to 32)
         prefill_bucket_24: on_unless_zero("QWEN3_TTS_PREFILL_24"),
-        // talker steps and code-predictor loops of 17 to 24 rows in a 24-row bucket (=1)
-        batch_bucket_24: std::env::var("QWEN3_TTS_BATCH_24").is_ok_and(|v| v == "1"),
+        batch_bucket_24: batch_bucket_24(),
         // wide.cu for 17..=64 rows (=1; off by default: slower on the H200)
         wide_linear: std::env::var("QWEN3_TTS_WIDE_LINEAR").is_ok_and(|v| v == "1"),
         // a cuBLAS epilogue writes the next layer's split input rows (0: each converts its own)

@@ -154,9 +154,14 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut engines = Vec::with_capacity(n);
+    // the backend's extra graph bucket is one the engine's top-ups can fill
+    let mut profile = config.profile.clone();
+    if matches!(config.device, backend::Device::Cuda(_)) && backend::batch_bucket_24() {
+        profile.policy.add_bucket(24);
+    }
     for backend in backends {
         let engine_config = EngineConfig {
-            profile: config.profile.clone(),
+            profile: profile.clone(),
             queue_capacity: share(config.max_queue),
             max_active: config.max_active.map(share),
             max_text_chars: config.max_input_chars,
