@@ -20,14 +20,11 @@ fn chained_split_rows_match_separate_conversion() {
     let models = models_to_check();
     let rows = 20usize;
     let opts = |chain_split, chain_attention| {
-        let mut o = CudaOptions {
+        twenty_rows(CudaOptions {
             chain_split,
             chain_attention,
             ..options(false)
-        };
-        o.limits.max_slots = 24;
-        o.limits.max_batch = 32;
-        o
+        })
     };
     for name in models {
         let model = Model::load(name, LoadOptions::default()).unwrap();
@@ -60,13 +57,10 @@ fn tile_chain_matches_separate_conversion() {
     let test = "tile_chain_matches_separate_conversion";
     let rows = 20usize;
     let opts = |chain_tile| {
-        let mut o = CudaOptions {
+        twenty_rows(CudaOptions {
             chain_tile,
             ..options(true)
-        };
-        o.limits.max_slots = 24;
-        o.limits.max_batch = 32;
-        o
+        })
     };
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
@@ -135,13 +129,10 @@ fn batch_bucket_24_matches_bucket_32() {
     let test = "batch_bucket_24_matches_bucket_32";
     let rows = 20usize;
     let opts = |batch_bucket_24| {
-        let mut o = CudaOptions {
+        twenty_rows(CudaOptions {
             batch_bucket_24,
             ..options(false)
-        };
-        o.limits.max_slots = 24;
-        o.limits.max_batch = 32;
-        o
+        })
     };
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();
@@ -244,13 +235,10 @@ fn grouped_attention_matches_one_block_per_head() {
     let test = "grouped_attention_matches_one_block_per_head";
     let rows = 20usize;
     let opts = |exact, by_group| {
-        let mut o = CudaOptions {
+        twenty_rows(CudaOptions {
             group_attention: Some(by_group),
             ..options(exact)
-        };
-        o.limits.max_slots = 24;
-        o.limits.max_batch = 32;
-        o
+        })
     };
     for name in models_to_check() {
         let model = Model::load(name, LoadOptions::default()).unwrap();

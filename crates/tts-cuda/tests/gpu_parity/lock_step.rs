@@ -203,3 +203,10 @@ pub(crate) fn many_prompts(
         })
         .collect()
 }
+
+/// `o` with room for the 20-row lock-step tests: 24 slots, calls of up to 32 rows.
+pub(crate) fn twenty_rows(mut o: CudaOptions) -> CudaOptions {
+    o.limits.max_slots = 24;
+    o.limits.max_batch = 32;
+    o
+}
