@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU session check on the H200 (run from the repository root of the device machine, with
 # the binaries built here carried in .device-carry/): parity tests first, then the stage
-# benchmark with and without programmatic dependent launch. Results go to $OUT.
+# benchmark with and without programmatic dependent launch. Results go to $OUT (6-8
+# files; a device call brings back at most 8 from its $OUT: there, set OUT to a scratch
+# folder and PACK=<device call's $OUT>/<name>.tgz to get them as one archive).
 set -u
 source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
@@ -22,3 +24,4 @@ if [ "${STAGES:-1}" = 1 ]; then
     grep -E "^(gemv|tc|cublas) " "$OUT/stages.txt"
     grep -A30 "^stage" "$OUT/stages.txt"
 fi
+if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")"; fi
