@@ -17,7 +17,6 @@ pub fn batch_buckets(max_batch: usize, b24: bool) -> impl Iterator<Item = usize>
         Some(batch_bucket(b + 1, usize::MAX, b24))
     })
     .take_while(move |&b| b <= max_batch)
-    .filter(move |&b| b != 24 || max_batch >= 32)
 }
 
 #[cfg(test)]
