@@ -12,7 +12,8 @@ source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if [ "${PARITY:-1}" = 1 ]; then
-    STAGES=0 bash bench/device-check.sh
+    # its files are packed with this script's, once
+    PACK= STAGES=0 bash bench/device-check.sh
 fi
 for v in ${VARIANTS:-base:}; do
     name=${v%%:*}
@@ -25,4 +26,4 @@ for v in ${VARIANTS:-base:}; do
     echo "variant $name ($knobs) rc $?"
     grep -E "^(prefill|code_predictor|talker_step|codec_decode) " "$OUT/stages_$name.txt" | head -60
 done
-if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")"; fi
+pack_out

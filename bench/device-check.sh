@@ -24,4 +24,4 @@ if [ "${STAGES:-1}" = 1 ]; then
     grep -E "^(gemv|tc|cublas) " "$OUT/stages.txt"
     grep -A30 "^stage" "$OUT/stages.txt"
 fi
-if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")"; fi
+pack_out

@@ -20,3 +20,8 @@ fi
 if [ -d "$PWD/$D/kcache" ]; then
     export QWEN3_TTS_KERNEL_CACHE=$PWD/$D/kcache
 fi
+# With PACK set: the folder $OUT as one archive there (a device call brings back at most 8
+# files from its $OUT).
+pack_out() {
+    if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")"; fi
+}
