@@ -1,11 +1,16 @@
 //! Batch buckets of the talker step and the code-predictor loop: the row counts their
 //! graphs are captured for, every call padded up to one of them.
 
-/// The bucket for a call of `n` rows: a power of two, or 24 for 17 to 24 rows with `b24`
-/// (`CudaOptions::batch_bucket_24`, when `max_batch` is at least 32), at most `max_batch`.
+/// The bucket `CudaOptions::batch_bucket_24` adds between 16 and 32 rows (the engine's
+/// policy is given it too, so its top-ups fill it).
+pub const BUCKET_24: usize = 24;
+
+/// The bucket for a call of `n` rows: a power of two, or [`BUCKET_24`] for 17 to 24 rows
+/// with `b24` (`CudaOptions::batch_bucket_24`, when `max_batch` is at least 32), at most
+/// `max_batch`.
 pub fn batch_bucket(n: usize, max_batch: usize, b24: bool) -> usize {
     let b = match n {
-        17..=24 if b24 && max_batch >= 32 => 24,
+        17..=BUCKET_24 if b24 && max_batch >= 32 => BUCKET_24,
         _ => n.max(1).next_power_of_two(),
     };
     b.min(max_batch)

@@ -157,7 +157,7 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
     // the backend's extra graph bucket is one the engine's top-ups can fill
     let mut profile = config.profile.clone();
     if matches!(config.device, backend::Device::Cuda(_)) && backend::batch_bucket_24() {
-        profile.policy.add_bucket(24);
+        profile.policy.add_bucket(tts_cuda::buckets::BUCKET_24);
     }
     for backend in backends {
         let engine_config = EngineConfig {
