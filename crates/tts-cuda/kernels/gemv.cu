@@ -132,7 +132,7 @@ __device__ __forceinline__ void gemv_octet_loaded(float (&acc)[GEMV_R][M], float
 // warps with several passes over K): each pass issues all its X loads before the first
 // product (one wait on L2 per pass instead of one per octet), at the cost of the registers
 // that hold them — a resident block per multiprocessor, which layers of one pass miss more.
-template <int M, bool F8, bool PRE>
+template <int M, bool F8, bool PRE, int U>
 __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, int K,
                                           const float* __restrict__ X, int ldx,
                                           const float* __restrict__ norm_w, float eps,
@@ -160,11 +160,11 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     const unsigned char* wrow[GEMV_R];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) wrow[r] = W + (size_t)min(n0 + r, N - 1) * K * EB;
-    // One pass: GEMV_U 16-byte chunks of each of the warp's rows per lane.
-    uint4 w[GEMV_U][GEMV_R];
+    // One pass: U 16-byte chunks of each of the warp's rows per lane.
+    uint4 w[U][GEMV_R];
     auto load_pass = [&](int kb) {
 #pragma unroll
-        for (int u = 0; u < GEMV_U; u++) {
+        for (int u = 0; u < U; u++) {
             int idx = kb + u * STEP;
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++)
@@ -179,8 +179,8 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
     if (n0 < N) {
         load_pass(kb0);
 #pragma unroll
-        for (int u = 0; u < GEMV_U; u++) {
-            int idx = kb0 + (GEMV_U + u) * STEP;
+        for (int u = 0; u < U; u++) {
+            int idx = kb0 + (U + u) * STEP;
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++)
                 if (idx < k_end) prefetch_l2(wrow[r] + (size_t)idx * EB);
@@ -225,16 +225,16 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
 
     const bool norm = norm_w != nullptr;
     if (n0 < N) {
-        for (int kb = kb0; kb < k_end; kb += STEP * GEMV_U) {
+        for (int kb = kb0; kb < k_end; kb += STEP * U) {
             if (kb != kb0) load_pass(kb);
             if constexpr (PRE) {
                 // every X and gain load of the pass in flight before the first product
-                GemvOctet<M> o[GEMV_U];
+                GemvOctet<M> o[U];
 #pragma unroll
-                for (int u = 0; u < GEMV_U; u++)
+                for (int u = 0; u < U; u++)
                     gemv_load_octet<M>(o[u], kb + u * STEP, kb + u * STEP < k_end, X, ldx, norm_w);
 #pragma unroll
-                for (int u = 0; u < GEMV_U; u++) {
+                for (int u = 0; u < U; u++) {
                     float wf[GEMV_R][8];
 #pragma unroll
                     for (int r = 0; r < GEMV_R; r++) unpack8(w[u][r], wf[r]);
@@ -243,7 +243,7 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
                 continue;
             }
 #pragma unroll
-            for (int u = 0; u < GEMV_U; u++) {
+            for (int u = 0; u < U; u++) {
                 int idx = kb + u * STEP;
                 if (idx >= k_end) break;
                 float wf[GEMV_R][8];
@@ -335,14 +335,15 @@ __device__ __forceinline__ void gemv_body(const void* __restrict__ Wv, int N, in
 // minimum of one block lets the compiler take more registers (gemv_m8: 128 -> 190).
 #define GEMV_THREE_BLOCKS __launch_bounds__(256, 3)
 #define GEMV_BOUNDS __launch_bounds__(256)
-#define GEMV_ENTRY(NAME, MM, F8, WT, PRE, BOUNDS)                                              \
+#define GEMV_ENTRY(NAME, MM, F8, WT, PRE, BOUNDS) GEMV_ENTRY_U(NAME, MM, F8, WT, PRE, BOUNDS, GEMV_U)
+#define GEMV_ENTRY_U(NAME, MM, F8, WT, PRE, BOUNDS, UU)                                        \
     extern "C" __global__ void BOUNDS NAME(                                                    \
         const WT* __restrict__ W, int N, int K, const float* __restrict__ X, int ldx,           \
         const float* __restrict__ norm_w, float eps, const float* __restrict__ bias, int act,    \
         const float* res, int ldr, float* Y, int ldy, int rows_valid, int ksplit,                \
         const float* __restrict__ scales, const float* __restrict__ ss_in, int ss_n, float* xo,  \
         const float* __restrict__ xo_g, float* ss_out) {                                         \
-        gemv_body<MM, F8, PRE>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,        \
+        gemv_body<MM, F8, PRE, UU>(W, N, K, X, ldx, norm_w, eps, bias, act, res, ldr, Y, ldy,        \
                                rows_valid, ksplit, scales, ss_in, ss_n, xo, xo_g, ss_out);       \
     }
 
@@ -353,6 +354,11 @@ GEMV_ENTRY(gemv_m4, 4, false, bf16, false, GEMV_BOUNDS)
 GEMV_ENTRY(gemv_m8, 8, false, bf16, false, GEMV_BOUNDS)
 // one row, warps with two or more passes over K (`linear.rs` routes)
 GEMV_ENTRY(gemv_m1_pre, 1, false, bf16, true, GEMV_BOUNDS)
+// one row, passes of 8 chunks instead of 4 (`linear::GemvPasses`; the same sums in the
+// same order, so the same bits as gemv_m1 / gemv_m1_pre): a warp of the talker's QKV or
+// gate/up holds its whole K slice in one pass, loaded before the PDL wait
+GEMV_ENTRY_U(gemv_m1_u8, 1, false, bf16, false, GEMV_BOUNDS, 8)
+GEMV_ENTRY_U(gemv_m1_u8_pre, 1, false, bf16, true, GEMV_BOUNDS, 8)
 // E4M3 weights with per-row scales (one or two rows: `routing::fp8_gemv`)
 GEMV_ENTRY(gemv8_m1, 1, true, unsigned char, false, GEMV_BOUNDS)
 GEMV_ENTRY(gemv8_m2, 2, true, unsigned char, false, GEMV_BOUNDS)

@@ -53,6 +53,8 @@ pub const KERNELS: &[&str] = &[
     "gemv_m4",
     "gemv_m8",
     "gemv_m1_pre",
+    "gemv_m1_u8",
+    "gemv_m1_u8_pre",
     "gemv_staged_m1",
     "gemv8_m1",
     "gemv8_m2",
@@ -240,6 +242,9 @@ pub struct Gpu {
     /// When a staged one-row GEMV lets the next linear layer launch
     /// (`CudaOptions::staged_trigger`).
     pub staged_trigger: crate::linear::StagedTrigger,
+    /// How many K steps a one-row `gemv.cu` warp loads per pass
+    /// (`CudaOptions::gemv_passes`).
+    pub gemv_passes: crate::linear::GemvPasses,
     /// The [`SmallCall`] mode launches are enqueued in now (`with_small_call`), as u8.
     small_call: AtomicU8,
     /// Share of a `launch_reading` window's lines marked persisting in L2 (0: never;
@@ -401,6 +406,7 @@ impl Gpu {
             without: Vec::new(),
             staged,
             staged_trigger: crate::linear::StagedTrigger::default(),
+            gemv_passes: crate::linear::GemvPasses::default(),
             small_call: AtomicU8::new(SmallCall::Default as u8),
             l2_persist_ratio: 0.0,
             l2_window_max: 0,

@@ -752,7 +752,7 @@ fn gemv(
             );
         }
     }
-    let (bf16_kernel, mut blocks) = gemv_choice(l.n, l.k, m);
+    let (bf16_kernel, mut blocks) = gemv_choice_with(l.n, l.k, m, gpu.gemv_passes);
     // `codes` comes from `LinearPaths::fp8_kernel`: at most FP8_GEMV_MAX_ROWS rows
     // the weights it streams: bf16, or one byte per E4M3 code
     let mut weights = (l.w.ptr, l.bf16_bytes());
@@ -794,15 +794,55 @@ fn gemv(
 /// `gemv_m1_pre`: it gains more from issuing each pass's X loads together than it loses in
 /// resident blocks.
 pub fn gemv_choice(n: usize, k: usize, rows: usize) -> (&'static str, usize) {
+    gemv_choice_with(n, k, rows, GemvPasses::Four)
+}
+
+/// [`gemv_choice`] with one-row passes of `passes` steps: where passes of 8 steps
+/// leave a warp fewer passes over its K slice than passes of 4, one row goes to
+/// `gemv_m1_u8` (`GemvPasses::Eight`) or `gemv_m1_u8_pre` (`EightPre`).
+pub fn gemv_choice_with(
+    n: usize,
+    k: usize,
+    rows: usize,
+    passes: GemvPasses,
+) -> (&'static str, usize) {
     let ksplit = gemv_ksplit(n);
     let bucket = gemv_bucket(rows);
-    let passes = k.div_ceil(256).div_ceil(ksplit).div_ceil(4);
-    let name = if bucket == 0 && passes >= 2 {
-        "gemv_m1_pre"
-    } else {
-        ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket]
+    let steps = k.div_ceil(256).div_ceil(ksplit);
+    let (four, eight) = (steps.div_ceil(4), steps.div_ceil(8));
+    let name = match (bucket, passes) {
+        (0, GemvPasses::Eight) if eight < four => "gemv_m1_u8",
+        (0, GemvPasses::EightPre) if eight < four => "gemv_m1_u8_pre",
+        (0, _) if four >= 2 => "gemv_m1_pre",
+        _ => ["gemv_m1", "gemv_m2", "gemv_m4", "gemv_m8"][bucket],
     };
     (name, n.div_ceil(16 / ksplit))
+}
+
+/// How many 256-wide K steps a one-row `gemv.cu` warp loads per pass
+/// (`CudaOptions::gemv_passes`): 4 (the default), or 8 with each pass's X loaded per
+/// step (`gemv_m1_u8`) or all together (`gemv_m1_u8_pre`). The sums are the same either
+/// way; only how many weight bytes a warp has in flight changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemvPasses {
+    #[default]
+    Four,
+    Eight,
+    EightPre,
+}
+
+impl std::str::FromStr for GemvPasses {
+    type Err = String;
+
+    /// `4`, `8` or `8pre`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "4" => Ok(Self::Four),
+            "8" => Ok(Self::Eight),
+            "8pre" => Ok(Self::EightPre),
+            _ => Err(format!("expected 4, 8 or 8pre, got `{s}`")),
+        }
+    }
 }
 
 #[cfg(test)]

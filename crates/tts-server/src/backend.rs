@@ -209,6 +209,11 @@ pub fn create_cuda(
             "QWEN3_TTS_STAGED_TRIGGER",
             tts_cuda::CudaOptions::default().staged_trigger,
         )?,
+        // K steps per pass of a one-row gemv.cu warp: 4, 8 or 8pre
+        gemv_passes: parsed_knob(
+            "QWEN3_TTS_GEMV_PASSES",
+            tts_cuda::CudaOptions::default().gemv_passes,
+        )?,
         // code-predictor calls of at most N rows run their multi-row linear layers from
         // weights staged in shared memory too (0: never)
         staged_mma_rows: rows_knob(

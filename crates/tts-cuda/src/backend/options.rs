@@ -179,6 +179,11 @@ pub struct CudaOptions {
     /// code predictor at one row 1.779 against 1.827 ms on the H200 at `33a4e53`, the same
     /// on an H100 at `704ae93` plus the gains read before the wait) or after its wait.
     pub staged_trigger: crate::linear::StagedTrigger,
+    /// How many 256-wide K steps a warp of a one-row `gemv.cu` GEMV (the talker's layers;
+    /// the code predictor's take the staged GEMV) loads per pass: 4 (default) or 8, which
+    /// puts a whole K slice of the talker's QKV and gate/up in flight before the PDL wait
+    /// (`linear::GemvPasses`; the same bits either way).
+    pub gemv_passes: crate::linear::GemvPasses,
     /// Code-predictor calls of at most this many rows (buckets) run their linear layers of
     /// two rows and more on `mma_staged.cu` (`SmallCall::StagedMma`), when the code
     /// predictor takes the staged GEMV (`staged_gemv`): weight tiles copied before the PDL
@@ -323,6 +328,7 @@ impl Default for CudaOptions {
             max_l1_rows: MaxL1Rows::default(),
             staged_gemv: StagedGemv::default(),
             staged_trigger: crate::linear::StagedTrigger::default(),
+            gemv_passes: crate::linear::GemvPasses::default(),
             staged_mma_rows: 8,
             cp_qkv_table: true,
             l2_persist_cp: false,

@@ -41,6 +41,7 @@ fn open_gpu(opts: &CudaOptions) -> Result<Gpu, CudaError> {
     let mut gpu = Gpu::open(opts.device)?;
     gpu.pdl &= opts.pdl;
     gpu.staged_trigger = opts.staged_trigger;
+    gpu.gemv_passes = opts.gemv_passes;
     if !opts.without_kernels.is_empty() {
         tracing::warn!(kernels = ?opts.without_kernels, "timing ablation: these kernels are never launched, every result is wrong");
         gpu.without.clone_from(&opts.without_kernels);

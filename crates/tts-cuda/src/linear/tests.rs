@@ -131,3 +131,34 @@ fn staged_plan_covers_the_layers_it_fits() {
     let p = staged_plan(1001, 1000, sms).expect("1001x1000");
     assert_eq!((p.rows_per_block, p.blocks), (8, 126));
 }
+
+/// One-row GEMVs with passes of 8 steps go to the u8 entries only where a warp then makes
+/// fewer passes (the talker's QKV and gate/up: 2 -> 1, down: 3 -> 2; not its O, one pass
+/// either way); other row counts and the default keep their entries; a bad knob is named.
+#[test]
+fn gemv_passes_route_one_row_layers_that_gain_a_pass() {
+    use super::{gemv_choice, gemv_choice_with, GemvPasses};
+    let (qkv, o, gate_up, down) = ((4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144));
+    for (n, k) in [qkv, gate_up, down] {
+        assert_eq!(gemv_choice_with(n, k, 1, GemvPasses::Eight).0, "gemv_m1_u8");
+        assert_eq!(
+            gemv_choice_with(n, k, 1, GemvPasses::EightPre).0,
+            "gemv_m1_u8_pre"
+        );
+        assert_eq!(gemv_choice_with(n, k, 1, GemvPasses::Four).0, "gemv_m1_pre");
+        // the same blocks: the passes change nothing of the grid
+        assert_eq!(
+            gemv_choice_with(n, k, 1, GemvPasses::Eight).1,
+            gemv_choice(n, k, 1).1
+        );
+        assert_eq!(gemv_choice_with(n, k, 2, GemvPasses::Eight).0, "gemv_m2");
+    }
+    assert_eq!(
+        gemv_choice_with(o.0, o.1, 1, GemvPasses::Eight).0,
+        "gemv_m1"
+    );
+    assert_eq!("8pre".parse::<GemvPasses>(), Ok(GemvPasses::EightPre));
+    assert_eq!(" 4".parse::<GemvPasses>(), Ok(GemvPasses::Four));
+    let err = "16".parse::<GemvPasses>().unwrap_err();
+    assert!(err.contains("16"), "{err}");
+}

@@ -1,5 +1,6 @@
-// Emulated check of gemv.cu's bf16 entries (gemv_m1, gemv_m1_pre, gemv_m2, gemv_m4,
-// gemv_m8: the talker's one-row steps and every stage's calls of 2-8 rows) against an f64
+// Emulated check of gemv.cu's bf16 entries (gemv_m1, gemv_m1_pre, gemv_m1_u8,
+// gemv_m1_u8_pre, gemv_m2, gemv_m4, gemv_m8: the talker's one-row steps and every stage's
+// calls of 2-8 rows; the u8 entries also against gemv_m1, bit for bit) against an f64
 // reference of
 //   y[m][n] = act(inv_m · Σ_k xin[m][k] W[n][k] + bias[n]) + res[m][n],
 // act 2 pairing rows (2i, 2i+1) as (gate, up) into y[m][i]; with the fused norm xin = g ⊙ x
@@ -29,6 +30,10 @@ static void launch_gemv(const GemvCase& c, const bf16* W, const float* X, int ld
             gemv_m1(GEMV_ARGS);
         else if (c.kernel == "gemv_m1_pre")
             gemv_m1_pre(GEMV_ARGS);
+        else if (c.kernel == "gemv_m1_u8")
+            gemv_m1_u8(GEMV_ARGS);
+        else if (c.kernel == "gemv_m1_u8_pre")
+            gemv_m1_u8_pre(GEMV_ARGS);
         else if (c.kernel == "gemv_m2")
             gemv_m2(GEMV_ARGS);
         else if (c.kernel == "gemv_m4")
@@ -81,17 +86,17 @@ static void run_case(const GemvCase& c) {
     struct Out {
         std::vector<float> y, xo, ss;
     };
-    auto run = [&]() {
+    auto run = [&](const GemvCase& kc) {
         Out o{std::vector<float>((size_t)c.M * ldy, poison), std::vector<float>(c.N, poison),
               std::vector<float>(c.N / 2, poison)};
-        launch_gemv(c, (const bf16*)w.data(), X.data(), ldx, c.norm == 1 ? g.data() : nullptr, eps,
+        launch_gemv(kc, (const bf16*)w.data(), X.data(), ldx, c.norm == 1 ? g.data() : nullptr, eps,
                     c.bias ? bias.data() : nullptr, c.res ? res.data() : nullptr, ldr, o.y.data(), ldy,
                     c.norm == 2 ? ss_in.data() : nullptr, c.norm == 2 ? c.K / 2 : 0,
                     c.writer ? o.xo.data() : nullptr, c.writer ? xo_g.data() : nullptr,
                     c.writer ? o.ss.data() : nullptr);
         return o;
     };
-    const Out o = run();
+    const Out o = run(c);
     static const char* norms[] = {"", " norm", " chain reader"};
     const std::string name = c.kernel + " " + std::to_string(c.N) + "x" + std::to_string(c.K) + " act " +
                              std::to_string(c.act) + norms[c.norm] + (c.bias ? " bias" : "") +
@@ -104,11 +109,21 @@ static void run_case(const GemvCase& c) {
         check::close(name + ": next layer's input", o.xo, want_xo, 2e-5);
         check::close(name + ": its Σ y² pair partials", o.ss, want_ss, 2e-5);
     }
-    const Out again = run();
+    const Out again = run(c);
     check::expect(std::memcmp(o.y.data(), again.y.data(), o.y.size() * 4) == 0 &&
                       std::memcmp(o.xo.data(), again.xo.data(), o.xo.size() * 4) == 0 &&
                       std::memcmp(o.ss.data(), again.ss.data(), o.ss.size() * 4) == 0,
                   name + ": a second launch gives the same bits");
+    // passes of 8 steps sum the same products in the same order as passes of 4
+    if (c.kernel.rfind("gemv_m1_u8", 0) == 0) {
+        GemvCase four = c;
+        four.kernel = "gemv_m1";
+        const Out o4 = run(four);
+        check::expect(std::memcmp(o.y.data(), o4.y.data(), o.y.size() * 4) == 0 &&
+                          std::memcmp(o.xo.data(), o4.xo.data(), o.xo.size() * 4) == 0 &&
+                          std::memcmp(o.ss.data(), o4.ss.data(), o.ss.size() * 4) == 0,
+                      name + ": the same bits as gemv_m1");
+    }
 }
 
 int main(int argc, char** argv) {

@@ -1,5 +1,7 @@
 //! The linear kernels the backend runs by default at one and few rows.
 
+use tts_cuda::linear::GemvPasses;
+
 use crate::{run_emulated, H200_SMS};
 
 /// `gemv_staged_m1`, the code predictor's one-row linear layers on the GPU's default path,
@@ -50,13 +52,14 @@ fn staged_gemv_matches_the_reference() {
 /// and writing the next layer's normed input and Σ y² partials, the norm chain's writer;
 /// gate/up reading them, the chain's reader, SwiGLU pairs; down adding the residual), the
 /// code predictor's O (ksplit 4), calls of 2, 3 (on `gemv_m4`, one padding row) and 7 rows
-/// (on `gemv_m8`), and an odd shape with bias and SiLU.
+/// (on `gemv_m8`), an odd shape with bias and SiLU, and the one-row entries with passes of
+/// 8 steps.
 #[test]
 fn gemv_matches_the_reference() {
     let mut args = Vec::new();
     // (act, norm: 0 none, 1 fused, 2 chain reader, bias, res, chain writer)
-    let mut case = |(n, k): (usize, usize), rows: usize, (act, norm, bias, res, writer)| {
-        let (kernel, blocks) = tts_cuda::linear::gemv_choice(n, k, rows);
+    let mut with = |(n, k): (usize, usize), rows, passes, (act, norm, bias, res, writer)| {
+        let (kernel, blocks) = tts_cuda::linear::gemv_choice_with(n, k, rows, passes);
         let template = match kernel {
             "gemv_m2" => 2,
             "gemv_m4" => 4,
@@ -79,6 +82,8 @@ fn gemv_matches_the_reference() {
         ];
         args.extend(fields.map(|v| v.to_string()));
     };
+    let four = GemvPasses::Four;
+    let mut case = |shape, rows, flags| with(shape, rows, four, flags);
     let talker = (4096, 2048, 2048, 6144);
     case((talker.0, talker.1), 1, (0, 1, 0, 0, 0));
     case((talker.2, talker.1), 1, (0, 0, 0, 1, 1));
@@ -89,6 +94,13 @@ fn gemv_matches_the_reference() {
     case((2048, 1024), 3, (0, 1, 0, 1, 0));
     case((512, 1024), 7, (0, 1, 0, 1, 0));
     case((301, 264), 1, (1, 1, 1, 1, 0));
+    // passes of 8 steps (`gemv_m1_u8`, `gemv_m1_u8_pre`): QKV with the fused norm, gate/up
+    // as the chain's reader, down adding the residual; also bit for bit against gemv_m1
+    for passes in [GemvPasses::Eight, GemvPasses::EightPre] {
+        with((talker.0, talker.1), 1, passes, (0, 1, 0, 0, 0));
+        with((2 * talker.3, talker.1), 1, passes, (2, 2, 0, 0, 0));
+        with((talker.2, talker.3), 1, passes, (0, 0, 0, 1, 0));
+    }
     run_emulated(
         "gemv_matches_the_reference",
         "gemv.cpp",
