@@ -150,6 +150,42 @@ fn batch_bucket_24_matches_bucket_32() {
     }
 }
 
+/// One-row GEMVs with passes of 8 K steps (`CudaOptions::gemv_passes`: the talker step's
+/// QKV, gate/up and down on `gemv_m1_u8` or `gemv_m1_u8_pre` on the 1.7B geometry) sum the
+/// same products in the same order as passes of 4: one request stepped for 4 frames gives
+/// the same codes and bit-identical last-head logits either way.
+#[test]
+fn gemv_passes_of_8_match_passes_of_4() {
+    use tts_cuda::linear::{gemv_choice_with, GemvPasses};
+    let test = "gemv_passes_of_8_match_passes_of_4";
+    let opts = |gemv_passes| CudaOptions {
+        gemv_passes,
+        ..options(false)
+    };
+    for name in models_to_check() {
+        let model = Model::load(name, LoadOptions::default()).unwrap();
+        let c = &model.config.talker;
+        let eight = gemv_choice_with(2 * c.intermediate_size, c.hidden_size, 1, GemvPasses::Eight);
+        let prompts = many_prompts(&model, 1, 2, |_| {
+            "One request alone, its talker step on one-row GEMVs.".to_string()
+        });
+        let Some(four) = lock_step_on(&model, test, opts(GemvPasses::Four), &prompts, &[77], 4)
+        else {
+            return;
+        };
+        for passes in [GemvPasses::Eight, GemvPasses::EightPre] {
+            let run = lock_step_on(&model, test, opts(passes), &prompts, &[77], 4).unwrap();
+            let what = format!("{name}, passes {passes:?}");
+            assert_same_run(&what, &run, &four, f32::MIN_POSITIVE);
+            assert_eq!(worst_logits_err(&run, &four), 0.0, "{what}: logits differ");
+        }
+        eprintln!(
+            "{test}: {name}: gate/up on {}: 4 frames, the same bits",
+            eight.0
+        );
+    }
+}
+
 /// The talker's row attention (`attention_row.cu`: cached K/V rows requested before the
 /// PDL wait, online softmax per lane group, `CudaOptions::row_attention_rows`) computes
 /// what `fused_attention` computes, and its split form (`row_attention_split`, the
