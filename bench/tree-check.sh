@@ -12,7 +12,7 @@
 #   b24: bench-stages at 16, 20, 24 and 32 rows with QWEN3_TTS_BATCH_24=0 and 1,
 #     alternating, twice each; then gpu_parity's batch_bucket_24 test.
 #   passes: bench-stages at 1 and 2 rows with QWEN3_TTS_GEMV_PASSES=4, 8 and 8pre,
-#     alternating, three rounds; then gpu_parity's gemv_passes test.
+#     alternating, ROUNDS rounds (default 3); then gpu_parity's gemv_passes test.
 #   e2e24: a fresh server with QWEN3_TTS_BATCH_24=0, then =1, each at B24_RATES (default
 #     80) req/s, 20 s warm-up and 40 s measured; packed into $OUT/e2e24.tgz.
 # Set OUT to the call's $OUT; the e2e part packs its files into $OUT/e2e.tgz.
@@ -40,7 +40,7 @@ for part in ${PART:-check pcm}; do
     passes)
         source bench/device-env.sh
         mkdir -p "$OUT/passes"
-        for round in 1 2 3; do
+        for round in $(seq 1 "${ROUNDS:-3}"); do
             for v in 4 8 8pre; do
                 QWEN3_TTS_GEMV_PASSES=$v timeout 200 $D/qwen3-tts bench-stages --batches 1,2 \
                     --iters 30 --out "$OUT/passes/p${v}_$round.json" \
