@@ -17,6 +17,27 @@
 #     80) req/s, 20 s warm-up and 40 s measured; packed into $OUT/e2e24.tgz.
 # Set OUT to the call's $OUT; the e2e part packs its files into $OUT/e2e.tgz.
 set -u
+# bench-stages ARGS once per value of a knob, alternating, ROUNDS times, into
+# DIR/PREFIX<value>_<round>.{txt,json}; prints the rows of the stages PATTERN names.
+# Usage: stages_ab DIR KNOB PREFIX LABEL "VALUES" ROUNDS PATTERN ARGS...
+stages_ab() {
+    local dir=$1 knob=$2 prefix=$3 label=$4 values=$5 rounds=$6 pattern=$7
+    shift 7
+    for round in $(seq 1 "$rounds"); do
+        for v in $values; do
+            local f="$dir/$prefix${v}_$round"
+            env "$knob=$v" timeout 200 $D/qwen3-tts bench-stages "$@" --out "$f.json" > "$f.txt" 2>&1
+            echo "$label=$v round $round rc $?"
+            grep -E "^($pattern) " "$f.txt"
+        done
+    done
+}
+# gpu_parity's tests matching FILTER into DIR/parity.txt, at most SECS; prints the test
+# lines and those matching LINE. Usage: gpu_test DIR FILTER SECS LINE
+gpu_test() {
+    timeout "$3" $D/gpu_parity --test-threads=1 "$2" > "$1/parity.txt" 2>&1
+    echo "parity rc $?"; grep -E "^test |test result|$4" "$1/parity.txt"
+}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for part in ${PART:-check pcm}; do
@@ -40,31 +61,15 @@ for part in ${PART:-check pcm}; do
     passes)
         source bench/device-env.sh
         mkdir -p "$OUT/passes"
-        for round in $(seq 1 "${ROUNDS:-3}"); do
-            for v in 4 8 8pre; do
-                QWEN3_TTS_GEMV_PASSES=$v timeout 200 $D/qwen3-tts bench-stages --batches 1,2 \
-                    --iters 30 --out "$OUT/passes/p${v}_$round.json" \
-                    > "$OUT/passes/p${v}_$round.txt" 2>&1
-                echo "passes=$v round $round rc $?"
-                grep -E "^(prefill|code_predictor|talker_step) " "$OUT/passes/p${v}_$round.txt"
-            done
-        done
-        timeout 300 $D/gpu_parity --test-threads=1 gemv_passes > "$OUT/passes/parity.txt" 2>&1
-        echo "parity rc $?"; grep -E "^test |test result|same bits" "$OUT/passes/parity.txt"
+        stages_ab "$OUT/passes" QWEN3_TTS_GEMV_PASSES p passes "4 8 8pre" "${ROUNDS:-3}" \
+            "prefill|code_predictor|talker_step" --batches 1,2 --iters 30
+        gpu_test "$OUT/passes" gemv_passes 300 "same bits"
         tar czf "$OUT/passes.tgz" -C "$OUT" passes && rm -r "$OUT/passes" ;;
     b24)
         source bench/device-env.sh
         mkdir -p "$OUT/b24"
-        for round in 1 2; do
-            for v in 0 1; do
-                QWEN3_TTS_BATCH_24=$v timeout 200 $D/qwen3-tts bench-stages --batches 16,20,24,32 \
-                    --iters 30 --context 8 --codec-frames 2 --out "$OUT/b24/b24_${v}_$round.json" \
-                    > "$OUT/b24/b24_${v}_$round.txt" 2>&1
-                echo "b24=$v round $round rc $?"
-                grep -E "^(code_predictor|talker_step) " "$OUT/b24/b24_${v}_$round.txt"
-            done
-        done
-        timeout 200 $D/gpu_parity --test-threads=1 batch_bucket_24 > "$OUT/b24/parity.txt" 2>&1
-        echo "parity rc $?"; grep -E "^test |test result|rel err" "$OUT/b24/parity.txt" ;;
+        stages_ab "$OUT/b24" QWEN3_TTS_BATCH_24 b24_ b24 "0 1" 2 "code_predictor|talker_step" \
+            --batches 16,20,24,32 --iters 30 --context 8 --codec-frames 2
+        gpu_test "$OUT/b24" batch_bucket_24 200 "rel err" ;;
     esac
 done
