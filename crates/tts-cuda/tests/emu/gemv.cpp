@@ -109,20 +109,17 @@ static void run_case(const GemvCase& c) {
         check::close(name + ": next layer's input", o.xo, want_xo, 2e-5);
         check::close(name + ": its Σ y² pair partials", o.ss, want_ss, 2e-5);
     }
-    const Out again = run(c);
-    check::expect(std::memcmp(o.y.data(), again.y.data(), o.y.size() * 4) == 0 &&
-                      std::memcmp(o.xo.data(), again.xo.data(), o.xo.size() * 4) == 0 &&
-                      std::memcmp(o.ss.data(), again.ss.data(), o.ss.size() * 4) == 0,
-                  name + ": a second launch gives the same bits");
+    auto same_bits = [](const Out& a, const Out& b) {
+        return std::memcmp(a.y.data(), b.y.data(), a.y.size() * 4) == 0 &&
+               std::memcmp(a.xo.data(), b.xo.data(), a.xo.size() * 4) == 0 &&
+               std::memcmp(a.ss.data(), b.ss.data(), a.ss.size() * 4) == 0;
+    };
+    check::expect(same_bits(o, run(c)), name + ": a second launch gives the same bits");
     // passes of 8 steps sum the same products in the same order as passes of 4
     if (c.kernel.rfind("gemv_m1_u8", 0) == 0) {
         GemvCase four = c;
         four.kernel = "gemv_m1";
-        const Out o4 = run(four);
-        check::expect(std::memcmp(o.y.data(), o4.y.data(), o.y.size() * 4) == 0 &&
-                          std::memcmp(o.xo.data(), o4.xo.data(), o.xo.size() * 4) == 0 &&
-                          std::memcmp(o.ss.data(), o4.ss.data(), o.ss.size() * 4) == 0,
-                      name + ": the same bits as gemv_m1");
+        check::expect(same_bits(o, run(four)), name + ": the same bits as gemv_m1");
     }
 }
 

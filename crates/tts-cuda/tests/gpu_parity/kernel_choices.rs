@@ -175,9 +175,13 @@ fn gemv_passes_of_8_match_passes_of_4() {
         };
         for passes in [GemvPasses::Eight, GemvPasses::EightPre] {
             let run = lock_step_on(&model, test, opts(passes), &prompts, &[77], 4).unwrap();
-            let what = format!("{name}, passes {passes:?}");
-            assert_same_run(&what, &run, &four, f32::MIN_POSITIVE);
-            assert_eq!(worst_logits_err(&run, &four), 0.0, "{what}: logits differ");
+            // a rel err below the smallest positive f32: the same logits, bit for bit
+            assert_same_run(
+                &format!("{name}, passes {passes:?}"),
+                &run,
+                &four,
+                f32::MIN_POSITIVE,
+            );
         }
         eprintln!(
             "{test}: {name}: gate/up on {}: 4 frames, the same bits",
