@@ -27,6 +27,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|l| !l.trim().is_empty())
         .map(str::to_string)
         .collect();
+    if texts.is_empty() {
+        return Err(format!("{path} holds no prompt").into());
+    }
     println!("{} prompts from {path}, model {spec}", texts.len());
     let mut scratch = vec![0u8; 64 << 20];
     for (label, flush) in [("warm caches", false), ("64 MiB between", true)] {
