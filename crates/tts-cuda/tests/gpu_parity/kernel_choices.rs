@@ -175,12 +175,11 @@ fn gemv_passes_of_8_match_passes_of_4() {
         };
         for passes in [GemvPasses::Eight, GemvPasses::EightPre] {
             let run = lock_step_on(&model, test, opts(passes), &prompts, &[77], 4).unwrap();
-            // a rel err below the smallest positive f32: the same logits, bit for bit
             assert_same_run(
                 &format!("{name}, passes {passes:?}"),
                 &run,
                 &four,
-                f32::MIN_POSITIVE,
+                SAME_BITS,
             );
         }
         eprintln!(
@@ -371,12 +370,7 @@ fn staged_gemv_stages_match_the_gemv_stages() {
         };
         for staged in ["cp", "1"] {
             let run = lock_step_on(&model, test, opts(staged), &prompts, &[91], 4).unwrap();
-            assert_same_run(
-                &format!("{name}, staged {staged}"),
-                &run,
-                &base,
-                f32::MIN_POSITIVE,
-            );
+            assert_same_run(&format!("{name}, staged {staged}"), &run, &base, SAME_BITS);
             eprintln!("{test}: {name}, staged {staged}: 4 frames identical, logits bit for bit");
         }
     }

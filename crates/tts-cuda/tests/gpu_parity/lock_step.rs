@@ -55,6 +55,10 @@ pub(crate) fn half_a_frame_apart(
 /// What [`lock_step`] hands back: each row's frames, the last head's logits per frame.
 pub(crate) type LockStep = (Vec<Vec<[u32; 16]>>, Vec<Vec<f32>>);
 
+/// The `tol` of [`assert_same_run`] for the same logits bit for bit: the smallest positive
+/// f32 (a subnormal), so only a rel err of exactly 0 is below it.
+pub(crate) const SAME_BITS: f32 = f32::from_bits(1);
+
 /// Asserts that two lock-step runs agree: every row's codes identical, every frame's
 /// last-head logits within `tol` (relative); `what` names the case in the messages.
 pub(crate) fn assert_same_run(what: &str, (fa, la): &LockStep, (fb, lb): &LockStep, tol: f32) {
