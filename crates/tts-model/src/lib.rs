@@ -13,6 +13,7 @@ pub mod error;
 pub mod fp8;
 pub mod generate;
 pub mod model;
+mod pretokenize;
 pub mod prompt;
 pub mod reference;
 pub mod sampling;

@@ -15,13 +15,23 @@ use serde_json::Value;
 type Vocab = ahash::AHashMap<String, u32>;
 
 use crate::error::ModelError;
+use crate::pretokenize::{Normalize, PreTokenize};
 
 /// Qwen2's pre-tokenizer split pattern (the one `Qwen2TokenizerFast` uses).
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// `tokenizers`' pipeline with the two stages below in place of the loaded ones.
+type Inner = tokenizers::TokenizerImpl<
+    tokenizers::ModelWrapper,
+    Normalize,
+    PreTokenize,
+    tokenizers::PostProcessorWrapper,
+    tokenizers::DecoderWrapper,
+>;
+
 /// A text tokenizer producing Qwen2 token ids.
 pub struct TextTokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Inner,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -45,9 +55,9 @@ impl TextTokenizer {
     pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
         let json_path = dir.join("tokenizer.json");
         if json_path.exists() {
-            let inner = tokenizers::Tokenizer::from_file(&json_path)
+            let stock = tokenizers::Tokenizer::from_file(&json_path)
                 .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", json_path.display())))?;
-            return Ok(Self { inner });
+            return Self::from_stock(stock);
         }
         let vocab_path = dir.join("vocab.json");
         let merges_path = dir.join("merges.txt");
@@ -87,107 +97,34 @@ impl TextTokenizer {
         } else {
             Vec::new()
         };
-        Self::from_parts(vocab.into_iter().collect(), merges, &added)
+        Self::from_stock(from_parts(vocab.into_iter().collect(), merges, &added)?)
     }
 
     /// Builds a tokenizer from a tiktoken rank file (`<base64 token> <rank>` per line) plus
     /// added special tokens.
     pub fn from_tiktoken(ranks: &str, specials: &[AddedToken]) -> Result<Self, ModelError> {
-        let byte_map = bytes_to_unicode();
-        let mut vocab: Vocab = Vocab::with_capacity(160_000);
-        for (n, line) in ranks.lines().enumerate() {
-            let mut parts = line.split_whitespace();
-            let (Some(b64), Some(rank)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|e| ModelError::Tokenizer(format!("tiktoken line {}: {e}", n + 1)))?;
-            let rank: u32 = rank
-                .parse()
-                .map_err(|e| ModelError::Tokenizer(format!("tiktoken line {}: {e}", n + 1)))?;
-            let token: String = bytes.iter().map(|b| byte_map[*b as usize]).collect();
-            vocab.insert(token, rank);
-        }
-        // Each multi-byte token is produced by merging any split whose halves are tokens;
-        // merges are ordered by the rank of the merged token (as transformers' converter).
-        let mut merges: Vec<(u32, u32, u32, String, String)> = (*vocab)
-            .par_iter()
-            .flat_map_iter(|(token, &rank)| {
-                let vocab = &vocab;
-                token.char_indices().skip(1).filter_map(move |(i, _)| {
-                    let (l, r) = token.split_at(i);
-                    let (lr, rr) = (vocab.get(l)?, vocab.get(r)?);
-                    Some((rank, *lr, *rr, l.to_string(), r.to_string()))
-                })
-            })
-            .collect();
-        merges.par_sort_unstable_by_key(|m| (m.0, m.1, m.2));
-        let merges = merges.into_iter().map(|(_, _, _, l, r)| (l, r)).collect();
-        Self::from_parts(vocab, merges, specials)
+        Self::from_stock(tiktoken_stock(ranks, specials)?)
     }
 
-    fn from_parts(
-        mut vocab: Vocab,
-        merges: Vec<(String, String)>,
-        added: &[AddedToken],
-    ) -> Result<Self, ModelError> {
-        use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-        use tokenizers::models::bpe::BPE;
-        use tokenizers::normalizers::unicode::NFC;
-        use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-        use tokenizers::pre_tokenizers::sequence::Sequence;
-        use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-        use tokenizers::SplitDelimiterBehavior;
-
-        // Added tokens keep their ids: put each in the vocabulary at its id, so marking it
-        // special below reuses that id (as `added_tokens` in a tokenizer.json does).
-        let used: std::collections::HashSet<u32> = vocab.values().copied().collect();
-        for t in added {
-            match vocab.get(&t.content) {
-                Some(&id) if id == t.id => {}
-                Some(&id) => {
-                    return Err(ModelError::Tokenizer(format!(
-                        "added token `{}` has id {} but the vocabulary gives it {id}",
-                        t.content, t.id
-                    )))
-                }
-                None if used.contains(&t.id) => {
-                    return Err(ModelError::Tokenizer(format!(
-                        "added token `{}` wants id {}, which the vocabulary already uses",
-                        t.content, t.id
-                    )))
-                }
-                None => {
-                    vocab.insert(t.content.clone(), t.id);
-                }
-            }
-        }
-        let err = |e: tokenizers::Error| {
-            ModelError::Tokenizer(format!("building the BPE tokenizer: {e}"))
-        };
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(err)?;
-        let split = Split::new(
-            SplitPattern::Regex(QWEN2_SPLIT_REGEX.to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(err)?;
-        let byte_level = ByteLevel::new(false, false, false);
-        let mut inner = tokenizers::Tokenizer::new(bpe);
+    /// `stock`'s pipeline with NFC skipped on ASCII text and Qwen2's split pattern matched
+    /// by hand ([`crate::qwen2_split`]) where `stock` has them; the same ids either way.
+    fn from_stock(stock: tokenizers::Tokenizer) -> Result<Self, ModelError> {
+        let stock = stock.into_inner();
+        let normalizer = stock.get_normalizer().cloned().map(|n| match n {
+            tokenizers::NormalizerWrapper::NFC(_) => Normalize::NfcUnlessAscii,
+            n => Normalize::Loaded(n),
+        });
+        let pre_tokenizer = stock.get_pre_tokenizer().cloned().map(PreTokenize::new);
+        let mut inner = Inner::new(stock.get_model().clone());
         inner
-            .with_normalizer(Some(NFC))
-            .with_pre_tokenizer(Some(Sequence::new(vec![split.into(), byte_level.into()])))
-            .with_post_processor(Some(byte_level))
-            .with_decoder(Some(ByteLevelDecoder::default()));
-        let specials: Vec<tokenizers::AddedToken> = added
-            .iter()
-            .map(|t| tokenizers::AddedToken::from(t.content.clone(), t.special).normalized(false))
-            .collect();
-        inner.add_special_tokens(&specials);
+            .with_normalizer(normalizer)
+            .with_pre_tokenizer(pre_tokenizer)
+            .with_post_processor(stock.get_post_processor().cloned())
+            .with_decoder(stock.get_decoder().cloned())
+            .with_added_vocabulary(stock.get_added_vocabulary().clone())
+            .with_padding(stock.get_padding().cloned())
+            .with_truncation(stock.get_truncation().cloned())
+            .map_err(|e| ModelError::Tokenizer(format!("truncation: {e}")))?;
         Ok(Self { inner })
     }
 
@@ -217,6 +154,111 @@ impl TextTokenizer {
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
+}
+
+/// `tokenizers`' tokenizer of a tiktoken rank file (`<base64 token> <rank>` per line) plus
+/// added special tokens.
+fn tiktoken_stock(
+    ranks: &str,
+    specials: &[AddedToken],
+) -> Result<tokenizers::Tokenizer, ModelError> {
+    let byte_map = bytes_to_unicode();
+    let mut vocab: Vocab = Vocab::with_capacity(160_000);
+    for (n, line) in ranks.lines().enumerate() {
+        let mut parts = line.split_whitespace();
+        let (Some(b64), Some(rank)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| ModelError::Tokenizer(format!("tiktoken line {}: {e}", n + 1)))?;
+        let rank: u32 = rank
+            .parse()
+            .map_err(|e| ModelError::Tokenizer(format!("tiktoken line {}: {e}", n + 1)))?;
+        let token: String = bytes.iter().map(|b| byte_map[*b as usize]).collect();
+        vocab.insert(token, rank);
+    }
+    // Each multi-byte token is produced by merging any split whose halves are tokens;
+    // merges are ordered by the rank of the merged token (as transformers' converter).
+    let mut merges: Vec<(u32, u32, u32, String, String)> = (*vocab)
+        .par_iter()
+        .flat_map_iter(|(token, &rank)| {
+            let vocab = &vocab;
+            token.char_indices().skip(1).filter_map(move |(i, _)| {
+                let (l, r) = token.split_at(i);
+                let (lr, rr) = (vocab.get(l)?, vocab.get(r)?);
+                Some((rank, *lr, *rr, l.to_string(), r.to_string()))
+            })
+        })
+        .collect();
+    merges.par_sort_unstable_by_key(|m| (m.0, m.1, m.2));
+    let merges = merges.into_iter().map(|(_, _, _, l, r)| (l, r)).collect();
+    from_parts(vocab, merges, specials)
+}
+
+/// `tokenizers`' Qwen2 tokenizer of a vocabulary, merges and added tokens, as
+/// `transformers` converts the slow tokenizer.
+fn from_parts(
+    mut vocab: Vocab,
+    merges: Vec<(String, String)>,
+    added: &[AddedToken],
+) -> Result<tokenizers::Tokenizer, ModelError> {
+    use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+    use tokenizers::models::bpe::BPE;
+    use tokenizers::normalizers::unicode::NFC;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::pre_tokenizers::sequence::Sequence;
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    use tokenizers::SplitDelimiterBehavior;
+
+    // Added tokens keep their ids: put each in the vocabulary at its id, so marking it
+    // special below reuses that id (as `added_tokens` in a tokenizer.json does).
+    let used: std::collections::HashSet<u32> = vocab.values().copied().collect();
+    for t in added {
+        match vocab.get(&t.content) {
+            Some(&id) if id == t.id => {}
+            Some(&id) => {
+                return Err(ModelError::Tokenizer(format!(
+                    "added token `{}` has id {} but the vocabulary gives it {id}",
+                    t.content, t.id
+                )))
+            }
+            None if used.contains(&t.id) => {
+                return Err(ModelError::Tokenizer(format!(
+                    "added token `{}` wants id {}, which the vocabulary already uses",
+                    t.content, t.id
+                )))
+            }
+            None => {
+                vocab.insert(t.content.clone(), t.id);
+            }
+        }
+    }
+    let err =
+        |e: tokenizers::Error| ModelError::Tokenizer(format!("building the BPE tokenizer: {e}"));
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(err)?;
+    let split = Split::new(
+        SplitPattern::Regex(QWEN2_SPLIT_REGEX.to_string()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(err)?;
+    let byte_level = ByteLevel::new(false, false, false);
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    inner
+        .with_normalizer(Some(NFC))
+        .with_pre_tokenizer(Some(Sequence::new(vec![split.into(), byte_level.into()])))
+        .with_post_processor(Some(byte_level))
+        .with_decoder(Some(ByteLevelDecoder::default()));
+    let specials: Vec<tokenizers::AddedToken> = added
+        .iter()
+        .map(|t| tokenizers::AddedToken::from(t.content.clone(), t.special).normalized(false))
+        .collect();
+    inner.add_special_tokens(&specials);
+    Ok(inner)
 }
 
 fn added_tokens_from_config(path: &Path, cfg: &Value) -> Result<Vec<AddedToken>, ModelError> {
@@ -301,5 +343,118 @@ mod tests {
         assert_eq!(tok.encode("abc").unwrap(), vec![4]);
         assert_eq!(tok.encode("ab<|x|>c").unwrap(), vec![3, 5, 2]);
         assert_eq!(tok.decode(&[3, 2]).unwrap(), "abc");
+    }
+
+    /// Texts for comparing a tokenizer with `tokenizers`' stock pipeline: the prompt sets'
+    /// lines and random texts over characters at the split pattern's edges (non-ASCII ones
+    /// too, so NFC runs; decomposed accents, which it composes) with the special tokens.
+    fn comparison_texts() -> Vec<String> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tts-bench/prompts");
+        let mut texts: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flat_map(|e| {
+                std::fs::read_to_string(e.unwrap().path())
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let pieces = [
+            "a",
+            "Z",
+            "é",
+            "e\u{301}",
+            " ",
+            "  ",
+            "\n",
+            "\r\n",
+            "\t",
+            "'s",
+            "'LL",
+            "\u{A0}",
+            "3",
+            "٣",
+            "½",
+            ",",
+            "!?",
+            "🙂",
+            "中文",
+            "\u{308}",
+            "ſ",
+            "<|im_start|>",
+            "<tts_pad>",
+            "-",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..3000 {
+            let mut text = String::new();
+            for _ in 0..state % 17 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            texts.push(text);
+        }
+        texts
+    }
+
+    fn assert_same_ids(fast: &TextTokenizer, stock: &tokenizers::Tokenizer) {
+        assert!(
+            matches!(fast.inner.get_normalizer(), Some(Normalize::NfcUnlessAscii))
+                && matches!(fast.inner.get_pre_tokenizer(), Some(PreTokenize::Qwen2(_))),
+            "the fast stages were not chosen"
+        );
+        let texts = comparison_texts();
+        assert!(texts.len() > 4000, "{} texts", texts.len());
+        for text in &texts {
+            let want = stock.encode(text.as_str(), false).unwrap();
+            assert_eq!(
+                fast.encode(text).unwrap(),
+                want.get_ids(),
+                "ids of {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn built_in_tokenizer_gives_the_stock_pipelines_ids() {
+        let gz =
+            std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/qwen.tiktoken.gz"))
+                .unwrap();
+        let mut ranks = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut ranks)
+            .unwrap();
+        let specials = [
+            AddedToken {
+                id: 151644,
+                content: "<|im_start|>".into(),
+                special: true,
+            },
+            AddedToken {
+                id: 151671,
+                content: "<tts_pad>".into(),
+                special: true,
+            },
+        ];
+        let stock = tiktoken_stock(&ranks, &specials).unwrap();
+        let fast = TextTokenizer::from_stock(stock.clone()).unwrap();
+        assert_same_ids(&fast, &stock);
+    }
+
+    #[test]
+    fn tokenizer_json_gives_the_stock_pipelines_ids() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/models/tiny-1b7-customvoice");
+        let stock = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+        assert_same_ids(&TextTokenizer::from_dir(&dir).unwrap(), &stock);
+    }
+
+    #[test]
+    fn other_pre_tokenizers_are_kept_as_loaded() {
+        use tokenizers::pre_tokenizers::whitespace::Whitespace;
+        let loaded: tokenizers::PreTokenizerWrapper = Whitespace.into();
+        assert!(matches!(PreTokenize::new(loaded), PreTokenize::Loaded(_)));
     }
 }
