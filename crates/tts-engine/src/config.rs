@@ -36,6 +36,10 @@ pub struct EngineConfig {
     pub warmup: bool,
     /// The `Retry-After` hint given with `QueueFull`.
     pub retry_after: Duration,
+    /// After its last work the engine thread polls its inbox this long before it sleeps
+    /// (one CPU core busy meanwhile), so a request arriving then does not wait for the
+    /// thread to be woken.
+    pub idle_spin: Duration,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +55,7 @@ impl Default for EngineConfig {
             max_text_chars: 5_000,
             warmup: true,
             retry_after: Duration::from_secs(1),
+            idle_spin: Duration::ZERO,
         }
     }
 }

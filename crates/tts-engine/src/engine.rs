@@ -1,12 +1,13 @@
 //! The engine thread: the one owner of the backend. It warms the backend up, then loops:
 //! take in cancellations, text and slot-free admissions, run one planned stage; when
-//! nothing can run it blocks on its inbox and wake channel (never sleeps or spins).
+//! nothing can run it blocks on its inbox and wake channel (never sleeps; it polls them
+//! first for `EngineConfig::idle_spin` after its last work, zero by default).
 //! Shutdown stops admissions at the handle, drains what is in flight until the deadline,
 //! then fails what is left.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use tts_model::{Prompt, SamplingParams};
@@ -63,6 +64,7 @@ pub(crate) struct EngineLoop {
     pub shared: Arc<EngineShared>,
     pub warmup: Option<Warmup>,
     pub queue_gauge: metrics::GaugeShare,
+    pub idle_spin: Duration,
 }
 
 impl EngineLoop {
@@ -92,6 +94,7 @@ impl EngineLoop {
 
     fn serve(&mut self) {
         let mut inbox_open = true;
+        let mut last_work = Instant::now();
         loop {
             self.core.poll();
             while inbox_open && self.core.has_room() {
@@ -114,6 +117,7 @@ impl EngineLoop {
                 return;
             }
             if self.core.step().is_some() {
+                last_work = Instant::now();
                 continue;
             }
             // Nothing can run: finished, or wait for something to happen.
@@ -122,7 +126,8 @@ impl EngineLoop {
                 return;
             }
             let inbox = (inbox_open && self.core.has_room()).then_some(&self.inbox);
-            match wait(inbox, &self.wake, deadline) {
+            let spin_until = last_work + self.idle_spin;
+            match wait(inbox, &self.wake, deadline, spin_until) {
                 Woken::Job(job) => self.admit(*job),
                 Woken::Wake | Woken::Deadline => {}
                 Woken::InboxClosed => inbox_open = false,
@@ -161,12 +166,18 @@ impl EngineLoop {
     }
 }
 
-/// Blocks until a job arrives (when `inbox` is given), a wake-up, or the deadline.
+/// Blocks until a job arrives (when `inbox` is given), a wake-up, or the deadline; polls
+/// for them until `spin_until` first.
 fn wait(
     inbox: Option<&Receiver<Job<ChannelClient>>>,
     wake: &Receiver<()>,
     deadline: Option<Instant>,
+    spin_until: Instant,
 ) -> Woken {
+    let poll_until = deadline.map_or(spin_until, |d| d.min(spin_until));
+    if let Some(woken) = poll(inbox, wake, poll_until) {
+        return woken;
+    }
     let mut sel = Select::new();
     let wake_op = sel.recv(wake);
     if let Some(inbox) = inbox {
@@ -190,4 +201,27 @@ fn wait(
             _ => Woken::InboxClosed,
         }
     }
+}
+
+/// Polls the wake channel, then `inbox`, until one has something or `until` passes
+/// (`None` then, also when `until` has already passed).
+fn poll(
+    inbox: Option<&Receiver<Job<ChannelClient>>>,
+    wake: &Receiver<()>,
+    until: Instant,
+) -> Option<Woken> {
+    while Instant::now() < until {
+        match wake.try_recv() {
+            Ok(()) => return Some(Woken::Wake),
+            Err(TryRecvError::Disconnected) => return Some(Woken::WakeClosed),
+            Err(TryRecvError::Empty) => {}
+        }
+        match inbox.map(Receiver::try_recv) {
+            Some(Ok(job)) => return Some(Woken::Job(Box::new(job))),
+            Some(Err(TryRecvError::Disconnected)) => return Some(Woken::InboxClosed),
+            _ => {}
+        }
+        std::hint::spin_loop();
+    }
+    None
 }

@@ -173,6 +173,7 @@ impl EngineHandle {
             shared: shared.clone(),
             warmup,
             queue_gauge: Default::default(),
+            idle_spin: config.idle_spin,
         };
         let thread = std::thread::Builder::new()
             .name("tts-engine".into())

@@ -682,3 +682,60 @@ fn a_text_too_long_for_the_context_is_spoken_in_segments() {
     }
     assert_eq!(engine.load().active, 0, "a slot is still held");
 }
+
+/// `f`'s result, run on a thread of its own; a panic here if it takes over two minutes.
+fn within_two_minutes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what}: no answer in two minutes"))
+}
+
+/// With `idle_spin` the idle engine polls its inbox and wake channel instead of sleeping
+/// on them: what arrives then (a request, streamed text, the shutdown) is taken as
+/// before. The spin outlasts the test, so whatever the poll missed would never be taken:
+/// each step is waited for with a limit.
+#[test]
+fn an_engine_polling_while_idle_takes_requests_text_and_shutdown() {
+    let model = demo();
+    let config = EngineConfig {
+        idle_spin: Duration::from_secs(3600),
+        ..EngineConfig::default()
+    };
+    let engine = start(&model, 2, config.clone());
+    for seed in [21, 22] {
+        // the second arrives while the engine polls after the first
+        thread::sleep(Duration::from_millis(20));
+        let req = request(
+            &model,
+            speech("Polled, not woken.", "ryan", TextMode::Prefill),
+            seed,
+            None,
+        );
+        let want = reference(&model, &req, &config);
+        let handle = engine.submit(req).unwrap();
+        let (got, end) = within_two_minutes("a request", move || collect(handle));
+        assert!(end.is_ok() && got == want, "request {seed} differs");
+    }
+    let text = "Text that comes later.";
+    let whole = request(&model, speech(text, "ryan", TextMode::Stream), 23, None);
+    let want = reference(&model, &whole, &config);
+    let mut first = whole.clone();
+    first.speech.text = text[..5].to_string();
+    let (handle, mut sender) = engine.submit_streaming_text(first).unwrap();
+    let reader = thread::spawn(move || collect(handle));
+    thread::sleep(Duration::from_millis(50));
+    sender.push(&text[5..]).unwrap();
+    sender.finish().unwrap();
+    let (got, end) = within_two_minutes("streamed text", move || reader.join().unwrap());
+    assert!(end.is_ok() && got == want, "streamed text differs");
+
+    let stopper = engine.clone();
+    within_two_minutes("the shutdown", move || {
+        stopper.shutdown(Duration::from_secs(60));
+        stopper.join();
+    });
+    assert!(engine.is_stopped());
+}

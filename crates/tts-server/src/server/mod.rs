@@ -166,6 +166,7 @@ fn start_engine(state: &AppState) -> anyhow::Result<()> {
             max_active: config.max_active.map(share),
             max_text_chars: config.max_input_chars,
             warmup: config.warmup,
+            idle_spin: config.idle_spin,
             ..EngineConfig::default()
         };
         engines.push(EngineHandle::start(model.clone(), backend, engine_config)?);
