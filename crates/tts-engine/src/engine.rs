@@ -126,7 +126,8 @@ impl EngineLoop {
                 return;
             }
             let inbox = (inbox_open && self.core.has_room()).then_some(&self.inbox);
-            let spin_until = last_work + self.idle_spin;
+            // an idle spin too long for an Instant spins without end
+            let spin_until = last_work.checked_add(self.idle_spin);
             match wait(inbox, &self.wake, deadline, spin_until) {
                 Woken::Job(job) => self.admit(*job),
                 Woken::Wake | Woken::Deadline => {}
@@ -167,14 +168,17 @@ impl EngineLoop {
 }
 
 /// Blocks until a job arrives (when `inbox` is given), a wake-up, or the deadline; polls
-/// for them until `spin_until` first.
+/// for them until `spin_until` first (`None`: no end but the deadline).
 fn wait(
     inbox: Option<&Receiver<Job<ChannelClient>>>,
     wake: &Receiver<()>,
     deadline: Option<Instant>,
-    spin_until: Instant,
+    spin_until: Option<Instant>,
 ) -> Woken {
-    let poll_until = deadline.map_or(spin_until, |d| d.min(spin_until));
+    let poll_until = match (deadline, spin_until) {
+        (Some(d), Some(s)) => Some(d.min(s)),
+        (d, s) => d.or(s),
+    };
     if let Some(woken) = poll(inbox, wake, poll_until) {
         return woken;
     }
@@ -204,13 +208,13 @@ fn wait(
 }
 
 /// Polls the wake channel, then `inbox`, until one has something or `until` passes
-/// (`None` then, also when `until` has already passed).
+/// (`None` then, also when `until` has already passed; no `until`: no end).
 fn poll(
     inbox: Option<&Receiver<Job<ChannelClient>>>,
     wake: &Receiver<()>,
-    until: Instant,
+    until: Option<Instant>,
 ) -> Option<Woken> {
-    while Instant::now() < until {
+    while until.is_none_or(|u| Instant::now() < u) {
         match wake.try_recv() {
             Ok(()) => return Some(Woken::Wake),
             Err(TryRecvError::Disconnected) => return Some(Woken::WakeClosed),
