@@ -107,7 +107,7 @@ impl TextTokenizer {
     }
 
     /// `stock`'s pipeline with NFC skipped on ASCII text and Qwen2's split pattern matched
-    /// by hand ([`crate::qwen2_split`]) where `stock` has them; the same ids either way.
+    /// by hand ([`crate::pretokenize`]) where `stock` has them; the same ids either way.
     fn from_stock(stock: tokenizers::Tokenizer) -> Result<Self, ModelError> {
         let stock = stock.into_inner();
         let normalizer = stock.get_normalizer().cloned().map(|n| match n {
