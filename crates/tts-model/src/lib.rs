@@ -17,6 +17,8 @@ mod pretokenize;
 pub mod prompt;
 pub mod reference;
 pub mod sampling;
+#[cfg(test)]
+mod test_texts;
 pub mod text_stream;
 pub mod tokenizer;
 pub mod weights;

@@ -330,6 +330,7 @@ fn pieces(text: &str) -> Option<Vec<(usize, usize)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_texts::{prompt_sets, random_texts};
 
     fn reference(re: &fancy_regex::Regex, text: &str) -> Vec<(usize, usize)> {
         re.find_iter(text)
@@ -367,25 +368,16 @@ mod tests {
         assert_eq!(checked, 0x110000 - 0x800);
     }
 
-    /// Texts drawn from characters at the classes' edges, by a fixed xorshift sequence.
+    /// Texts drawn from characters at the classes' edges.
     #[test]
     fn random_texts_split_as_fancy_regex_splits_them() {
         let re = fancy_regex::Regex::new(QWEN2_SPLIT_REGEX).unwrap();
         let alphabet: Vec<char> = "aZé ſSsTtRrEeVvMmLlDdK\u{212A}'’ \t\n\r\u{0B}\u{0C}\u{85}\u{A0}\u{2028}\u{3000}\u{200B}\u{FEFF}09٣Ⅻ½²,.!?-—\"()…🙂👍🏽中文字ーア\u{301}\u{308}\u{0915}\u{093F}_#@"
             .chars()
             .collect();
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for _ in 0..200_000 {
-            let len = (next() % 24) as usize;
-            let text: String = (0..len)
-                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
-                .collect();
+        let alphabet: Vec<String> = alphabet.iter().map(char::to_string).collect();
+        let alphabet: Vec<&str> = alphabet.iter().map(String::as_str).collect();
+        for text in random_texts(&alphabet, 200_000, 23, 0x9E37_79B9_7F4A_7C15) {
             check(&re, &text);
         }
     }
@@ -393,17 +385,15 @@ mod tests {
     #[test]
     fn prompt_sets_split_as_fancy_regex_splits_them() {
         let re = fancy_regex::Regex::new(QWEN2_SPLIT_REGEX).unwrap();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tts-bench/prompts");
         let mut lines = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for text in prompt_sets() {
             check(&re, &text);
             for line in text.lines() {
                 check(&re, line);
                 lines += 1;
             }
         }
-        assert!(lines >= 1000, "{lines} prompt lines in {}", dir.display());
+        assert!(lines >= 1000, "{lines} prompt lines");
     }
 
     #[test]

@@ -311,6 +311,7 @@ fn bytes_to_unicode() -> [char; 256] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_texts::{prompt_sets, random_texts};
 
     #[test]
     fn byte_map_is_a_bijection_with_gpt2_values() {
@@ -349,16 +350,9 @@ mod tests {
     /// lines and random texts over characters at the split pattern's edges (non-ASCII ones
     /// too, so NFC runs; decomposed accents, which it composes) with the special tokens.
     fn comparison_texts() -> Vec<String> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tts-bench/prompts");
-        let mut texts: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flat_map(|e| {
-                std::fs::read_to_string(e.unwrap().path())
-                    .unwrap()
-                    .lines()
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
+        let mut texts: Vec<String> = prompt_sets()
+            .iter()
+            .flat_map(|set| set.lines().map(str::to_string).collect::<Vec<_>>())
             .collect();
         let pieces = [
             "a",
@@ -386,17 +380,7 @@ mod tests {
             "<tts_pad>",
             "-",
         ];
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..3000 {
-            let mut text = String::new();
-            for _ in 0..state % 17 {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                text.push_str(pieces[(state % pieces.len() as u64) as usize]);
-            }
-            texts.push(text);
-        }
+        texts.extend(random_texts(&pieces, 3000, 16, 0x2545_F491_4F6C_DD1D));
         texts
     }
 

@@ -128,7 +128,7 @@ pub struct ServeArgs {
     pub shutdown_grace: Option<f64>,
     /// After its last work the engine polls for new requests this many ms before it
     /// sleeps, keeping one CPU core busy meanwhile: a request arriving then skips the
-    /// thread's wake-up (~0.1 ms of its first audio on the GPU machine) [0].
+    /// thread's wake-up (~0.2 ms of its first audio on an H100 machine) [0].
     #[arg(long, env = "QWEN3_TTS_IDLE_SPIN_MS")]
     pub idle_spin_ms: Option<u64>,
     /// Report ready without the warm-up synthesis.
