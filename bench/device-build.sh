@@ -5,16 +5,15 @@
 # startup-check.sh; codec_pass too with CODEC_PASS=1), and the NVRTC kernel cache for the
 # H200 (sm_90a, crates/tts-cuda/examples/kernel_cache.rs), packed as kcache.tgz; the
 # binaries gzipped. The device scripts (device-env.sh and those that source it) unpack
-# them and use the cache, so a binary does not compile its kernels first (~2 min). Needs NVRTC here, from PyPI as scripts/test-all.sh
-# fetches it. Usage (repository root): bash bench/device-build.sh
+# them and use the cache, so a binary does not compile its kernels first (~2 min).
+# Installs cmake where it is missing and fetches NVRTC from PyPI, as scripts/test-all.sh
+# does (scripts/build-deps.sh). Usage (repository root): bash bench/device-build.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-nvrtc_dir="$PWD/target/ci-nvrtc/nvidia/cu13/lib"
-if [ ! -e "$nvrtc_dir/libnvrtc.so.13" ]; then
-    mkdir -p target/ci-nvrtc
-    python3 -m pip download -q --no-deps "nvidia-cuda-nvrtc==13.0.88" -d target/ci-nvrtc/wheel
-    python3 -m zipfile -e target/ci-nvrtc/wheel/nvidia_cuda_nvrtc-*.whl target/ci-nvrtc/
-fi
+# shellcheck source=scripts/build-deps.sh
+. scripts/build-deps.sh
+need_cmake
+fetch_nvrtc
 cargo build --release -p tts-server
 cargo test --release -p tts-cuda --no-run
 cargo build --release -p tts-cuda --example kernel_cache --example codec_pass \
@@ -41,7 +40,7 @@ for f in qwen3-tts gpu_parity gpu_codec gpu_sampling codec_pass codec_first_call
     if [ -e "$D/$f" ]; then gzip -f "$D/$f"; fi
 done
 cache=$(mktemp -d)
-QWEN3_TTS_CUDA_LIB_DIRS="$nvrtc_dir" QWEN3_TTS_KERNEL_CACHE="$cache/kcache" \
+QWEN3_TTS_CUDA_LIB_DIRS="$NVRTC_DIR" QWEN3_TTS_KERNEL_CACHE="$cache/kcache" \
     ./target/release/examples/kernel_cache sm_90a
 rm -rf "$D/kcache"
 tar czf "$D/kcache.tgz" -C "$cache" kcache
