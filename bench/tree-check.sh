@@ -15,6 +15,7 @@
 #     alternating, ROUNDS rounds (default 3); then gpu_parity's gemv_passes test.
 #   e2e24: a fresh server with QWEN3_TTS_BATCH_24=0, then =1, each at B24_RATES (default
 #     80) req/s, 20 s warm-up and 40 s measured; packed into $OUT/e2e24.tgz.
+# NEED_GPU=H200: stop (status 3) unless the card is an H200 (bench/device-env.sh).
 # Set OUT to the call's $OUT; the e2e part packs its files into $OUT/e2e.tgz.
 set -u
 # bench-stages ARGS once per value of a knob, alternating, ROUNDS times, into
@@ -38,6 +39,8 @@ gpu_test() {
     timeout "$3" $D/gpu_parity --test-threads=1 "$2" > "$1/parity.txt" 2>&1
     echo "parity rc $?"; grep -E "^test |test result|$4" "$1/parity.txt"
 }
+# the binaries unpacked; with NEED_GPU=H200 nothing runs on another card
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for part in ${PART:-check pcm}; do
@@ -59,14 +62,12 @@ for part in ${PART:-check pcm}; do
         done
         tar czf "$OUT/e2e24.tgz" -C "$scratch" b24_0 b24_1 ;;
     passes)
-        source bench/device-env.sh
         mkdir -p "$OUT/passes"
         stages_ab "$OUT/passes" QWEN3_TTS_GEMV_PASSES p passes "4 8 8pre" "${ROUNDS:-3}" \
             "prefill|code_predictor|talker_step" --batches 1,2 --iters 30
         gpu_test "$OUT/passes" gemv_passes 300 "same bits"
         tar czf "$OUT/passes.tgz" -C "$OUT" passes && rm -r "$OUT/passes" ;;
     b24)
-        source bench/device-env.sh
         mkdir -p "$OUT/b24"
         stages_ab "$OUT/b24" QWEN3_TTS_BATCH_24 b24_ b24 "0 1" 2 "code_predictor|talker_step" \
             --batches 16,20,24,32 --iters 30 --context 8 --codec-frames 2
