@@ -4,6 +4,8 @@
 # knobs serves one request at a time (--max-in-flight 1) at 5 req/s for 40 s after 5 s of
 # warm-up, and the run's server-side means are printed: time to first PCM and the
 # prefill stage. Writes $OUT/metrics_LABEL.txt per run (the /metrics snapshot).
+# PCM_BENCH_ARGS, set like a knob, is added to the client's arguments (one word: e.g.
+# PCM_BENCH_ARGS=--extra=text_mode=stream, the text streamed into talker steps).
 # Usage (repository root of the device machine):
 #   RUNS="b24:QWEN3_TTS_PREFILL_24=1 b32:QWEN3_TTS_PREFILL_24=0" OUT=... bash bench/first-pcm.sh
 # Here, on snapshots already fetched: bash bench/first-pcm.sh --summary LABEL=metrics.txt ...
@@ -30,7 +32,8 @@ scratch=$(mktemp -d)
 mkdir -p "$OUT"
 for run in ${RUNS:-base:}; do
     label=${run%%:*} knobs=${run#*:}
-    env ${knobs//+/ } RATES=5 WARMUP=5 DURATION=40 BENCH_ARGS="--max-in-flight 1" \
-        LABEL=$label OUT=$scratch bash bench/e2e-sweep.sh > /dev/null 2>&1
+    env PCM_BENCH_ARGS= ${knobs//+/ } RATES=5 WARMUP=5 DURATION=40 LABEL=$label OUT=$scratch \
+        bash -c 'BENCH_ARGS="--max-in-flight 1 $PCM_BENCH_ARGS" exec bash bench/e2e-sweep.sh' \
+        > /dev/null 2>&1
     cp "$scratch/$label/metrics-5.txt" "$OUT/metrics_$label.txt" && summary "$label" "$OUT/metrics_$label.txt"
 done
