@@ -27,6 +27,8 @@ if [ "${1:-}" = --summary ]; then
     for a in "$@"; do summary "${a%%=*}" "${a#*=}" || status=1; done
     exit $status
 fi
+# with NEED_GPU=H200 nothing runs on another card (bench/device-env.sh)
+source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 scratch=$(mktemp -d)
 mkdir -p "$OUT"
