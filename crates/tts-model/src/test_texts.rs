@@ -14,7 +14,7 @@ pub(crate) fn prompt_sets() -> Vec<String> {
 /// `count` texts of 0 to `max_pieces` of `pieces` each, drawn by a xorshift sequence from
 /// `seed` (nonzero), so every run checks the same texts.
 pub(crate) fn random_texts(
-    pieces: &[&str],
+    pieces: &[impl AsRef<str>],
     count: usize,
     max_pieces: u64,
     seed: u64,
@@ -30,7 +30,7 @@ pub(crate) fn random_texts(
         .map(|_| {
             let len = next() % (max_pieces + 1);
             (0..len)
-                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                .map(|_| pieces[(next() % pieces.len() as u64) as usize].as_ref())
                 .collect()
         })
         .collect()
