@@ -22,6 +22,21 @@ pub struct LinearW<T> {
     pub bias: Option<T>,
 }
 
+/// A bias-free linear layer's weight `[out, in]` (initialised from its fan-in).
+fn matrix<L: TensorLoader>(
+    l: &mut L,
+    name: &str,
+    out: usize,
+    inp: usize,
+) -> Result<L::T, ModelError> {
+    l.load(name, &[out, inp], Init::FanIn(inp))
+}
+
+/// A norm's weight `[n]`.
+fn norm<L: TensorLoader>(l: &mut L, name: &str, n: usize) -> Result<L::T, ModelError> {
+    l.load(name, &[n], Init::Norm)
+}
+
 fn linear<L: TensorLoader>(
     l: &mut L,
     prefix: &str,
@@ -30,7 +45,7 @@ fn linear<L: TensorLoader>(
     bias: bool,
 ) -> Result<LinearW<L::T>, ModelError> {
     Ok(LinearW {
-        weight: l.load(&format!("{prefix}.weight"), &[out, inp], Init::FanIn(inp))?,
+        weight: matrix(l, &format!("{prefix}.weight"), out, inp)?,
         bias: if bias {
             Some(l.load(&format!("{prefix}.bias"), &[out], Init::Bias)?)
         } else {
@@ -68,55 +83,19 @@ fn decoder_layer<L: TensorLoader>(
 ) -> Result<DecoderLayerW<L::T>, ModelError> {
     let (h, q, kv, i) = (d.hidden, d.q_dim(), d.kv_dim(), d.intermediate);
     Ok(DecoderLayerW {
-        input_layernorm: l.load(&format!("{p}.input_layernorm.weight"), &[h], Init::Norm)?,
+        input_layernorm: norm(l, &format!("{p}.input_layernorm.weight"), h)?,
         attn: AttentionW {
-            q_proj: l.load(
-                &format!("{p}.self_attn.q_proj.weight"),
-                &[q, h],
-                Init::FanIn(h),
-            )?,
-            k_proj: l.load(
-                &format!("{p}.self_attn.k_proj.weight"),
-                &[kv, h],
-                Init::FanIn(h),
-            )?,
-            v_proj: l.load(
-                &format!("{p}.self_attn.v_proj.weight"),
-                &[kv, h],
-                Init::FanIn(h),
-            )?,
-            o_proj: l.load(
-                &format!("{p}.self_attn.o_proj.weight"),
-                &[h, q],
-                Init::FanIn(q),
-            )?,
-            q_norm: l.load(
-                &format!("{p}.self_attn.q_norm.weight"),
-                &[d.head_dim],
-                Init::Norm,
-            )?,
-            k_norm: l.load(
-                &format!("{p}.self_attn.k_norm.weight"),
-                &[d.head_dim],
-                Init::Norm,
-            )?,
+            q_proj: matrix(l, &format!("{p}.self_attn.q_proj.weight"), q, h)?,
+            k_proj: matrix(l, &format!("{p}.self_attn.k_proj.weight"), kv, h)?,
+            v_proj: matrix(l, &format!("{p}.self_attn.v_proj.weight"), kv, h)?,
+            o_proj: matrix(l, &format!("{p}.self_attn.o_proj.weight"), h, q)?,
+            q_norm: norm(l, &format!("{p}.self_attn.q_norm.weight"), d.head_dim)?,
+            k_norm: norm(l, &format!("{p}.self_attn.k_norm.weight"), d.head_dim)?,
         },
-        post_attention_layernorm: l.load(
-            &format!("{p}.post_attention_layernorm.weight"),
-            &[h],
-            Init::Norm,
-        )?,
-        gate_proj: l.load(
-            &format!("{p}.mlp.gate_proj.weight"),
-            &[i, h],
-            Init::FanIn(h),
-        )?,
-        up_proj: l.load(&format!("{p}.mlp.up_proj.weight"), &[i, h], Init::FanIn(h))?,
-        down_proj: l.load(
-            &format!("{p}.mlp.down_proj.weight"),
-            &[h, i],
-            Init::FanIn(i),
-        )?,
+        post_attention_layernorm: norm(l, &format!("{p}.post_attention_layernorm.weight"), h)?,
+        gate_proj: matrix(l, &format!("{p}.mlp.gate_proj.weight"), i, h)?,
+        up_proj: matrix(l, &format!("{p}.mlp.up_proj.weight"), i, h)?,
+        down_proj: matrix(l, &format!("{p}.mlp.down_proj.weight"), h, i)?,
     })
 }
 
@@ -145,7 +124,7 @@ impl<T> TalkerW<T> {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             layers,
-            norm: l.load("talker.model.norm.weight", &[d.hidden], Init::Norm)?,
+            norm: norm(l, "talker.model.norm.weight", d.hidden)?,
             codec_embedding: l.load(
                 "talker.model.codec_embedding.weight",
                 &[t.vocab_size, d.hidden],
@@ -170,11 +149,7 @@ impl<T> TalkerW<T> {
                 t.text_hidden_size,
                 true,
             )?,
-            codec_head: l.load(
-                "talker.codec_head.weight",
-                &[t.vocab_size, d.hidden],
-                Init::FanIn(d.hidden),
-            )?,
+            codec_head: matrix(l, "talker.codec_head.weight", t.vocab_size, d.hidden)?,
         })
     }
 }
@@ -213,10 +188,11 @@ impl<T> CodePredictorW<T> {
             .collect::<Result<Vec<_>, _>>()?;
         let lm_heads = (0..groups)
             .map(|j| {
-                l.load(
+                matrix(
+                    l,
                     &format!("{p}.lm_head.{j}.weight"),
-                    &[cp.vocab_size, d.hidden],
-                    Init::FanIn(d.hidden),
+                    cp.vocab_size,
+                    d.hidden,
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -233,7 +209,7 @@ impl<T> CodePredictorW<T> {
         };
         Ok(Self {
             layers,
-            norm: l.load(&format!("{p}.model.norm.weight"), &[d.hidden], Init::Norm)?,
+            norm: norm(l, &format!("{p}.model.norm.weight"), d.hidden)?,
             codec_embeddings,
             lm_heads,
             mtp_projection,
@@ -406,55 +382,38 @@ impl<T> CodecW<T> {
             .map(|i| {
                 let p = format!("{pt}.layers.{i}");
                 Ok(CodecLayerW {
-                    input_layernorm: l.load(
-                        &format!("{p}.input_layernorm.weight"),
-                        &[h],
-                        Init::Norm,
-                    )?,
-                    q_proj: l.load(
-                        &format!("{p}.self_attn.q_proj.weight"),
-                        &[q, h],
-                        Init::FanIn(h),
-                    )?,
-                    k_proj: l.load(
-                        &format!("{p}.self_attn.k_proj.weight"),
-                        &[kv, h],
-                        Init::FanIn(h),
-                    )?,
-                    v_proj: l.load(
-                        &format!("{p}.self_attn.v_proj.weight"),
-                        &[kv, h],
-                        Init::FanIn(h),
-                    )?,
-                    o_proj: l.load(
-                        &format!("{p}.self_attn.o_proj.weight"),
-                        &[h, q],
-                        Init::FanIn(q),
-                    )?,
+                    input_layernorm: norm(l, &format!("{p}.input_layernorm.weight"), h)?,
+                    q_proj: matrix(l, &format!("{p}.self_attn.q_proj.weight"), q, h)?,
+                    k_proj: matrix(l, &format!("{p}.self_attn.k_proj.weight"), kv, h)?,
+                    v_proj: matrix(l, &format!("{p}.self_attn.v_proj.weight"), kv, h)?,
+                    o_proj: matrix(l, &format!("{p}.self_attn.o_proj.weight"), h, q)?,
                     attn_layer_scale: l.load(
                         &format!("{p}.self_attn_layer_scale.scale"),
                         &[h],
                         Init::Scale(0.3),
                     )?,
-                    post_attention_layernorm: l.load(
+                    post_attention_layernorm: norm(
+                        l,
                         &format!("{p}.post_attention_layernorm.weight"),
-                        &[h],
-                        Init::Norm,
+                        h,
                     )?,
-                    gate_proj: l.load(
+                    gate_proj: matrix(
+                        l,
                         &format!("{p}.mlp.gate_proj.weight"),
-                        &[d.intermediate_size, h],
-                        Init::FanIn(h),
+                        d.intermediate_size,
+                        h,
                     )?,
-                    up_proj: l.load(
+                    up_proj: matrix(
+                        l,
                         &format!("{p}.mlp.up_proj.weight"),
-                        &[d.intermediate_size, h],
-                        Init::FanIn(h),
+                        d.intermediate_size,
+                        h,
                     )?,
-                    down_proj: l.load(
+                    down_proj: matrix(
+                        l,
                         &format!("{p}.mlp.down_proj.weight"),
-                        &[h, d.intermediate_size],
-                        Init::FanIn(d.intermediate_size),
+                        h,
+                        d.intermediate_size,
                     )?,
                     mlp_layer_scale: l.load(
                         &format!("{p}.mlp_layer_scale.scale"),
@@ -475,7 +434,7 @@ impl<T> CodecW<T> {
                     tconv: conv(l, &format!("{p}.0.conv"), [lat, lat, f], lat, true)?,
                     convnext: ConvNextW {
                         dwconv: conv(l, &format!("{p}.1.dwconv.conv"), [lat, 1, 7], 7, false)?,
-                        norm_weight: l.load(&format!("{p}.1.norm.weight"), &[lat], Init::Norm)?,
+                        norm_weight: norm(l, &format!("{p}.1.norm.weight"), lat)?,
                         norm_bias: l.load(&format!("{p}.1.norm.bias"), &[lat], Init::Bias)?,
                         pwconv1: linear(l, &format!("{p}.1.pwconv1"), 4 * lat, lat, true)?,
                         pwconv2: linear(l, &format!("{p}.1.pwconv2"), lat, 4 * lat, true)?,
@@ -541,7 +500,7 @@ impl<T> CodecW<T> {
             )?,
             input_proj: linear(l, &format!("{pt}.input_proj"), h, lat, true)?,
             layers,
-            norm: l.load(&format!("{pt}.norm.weight"), &[h], Init::Norm)?,
+            norm: norm(l, &format!("{pt}.norm.weight"), h)?,
             output_proj: linear(l, &format!("{pt}.output_proj"), lat, h, true)?,
             upsample,
             decoder_in: conv(
