@@ -277,7 +277,9 @@ pub fn prefill_with_extra(
 
 /// The layers over the `n` tokens in `ws.x` at the slots and positions of the prefill plan
 /// in `ws.prefill_ints` (split attention: tokens of any slots and positions), then the head
-/// and sampling over the plan's `rows` rows (each at its last token).
+/// and sampling over the plan's `rows` rows (each at its last token). A pass of one token
+/// (a text-streaming prompt whose head was cached) has a talker step's shape and takes
+/// its fused attention instead, one launch fewer per layer.
 fn split_pass(
     gpu: &Gpu,
     t: &DevTalker,
@@ -294,13 +296,19 @@ fn split_pass(
         slots: p(2),
         positions: p(3),
     };
+    // (a bucket of one token holds exactly one: its row's only token)
+    let attention = if n == 1 {
+        Attention::Fused { tokens_per_row: 1 }
+    } else {
+        Attention::Split
+    };
     run_layers(
         gpu,
         &t.stack,
         ws,
         tok,
         talker_kv(ws),
-        (Attention::Split, false),
+        (attention, false),
         None,
     )?;
     kernels::gather_u32(gpu, ws.x.ptr, h, h, p(4), rows, ws.last.ptr, h)?;
