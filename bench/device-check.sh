@@ -9,10 +9,17 @@ source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-timeout ${PARITY_TIMEOUT:-420} $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1; echo "parity rc $?"
+# PARITY=0 leaves gpu_parity out (31 tests took ~460 s on an H100 on 2026-12-07: with the
+# stages after it, more than a device call's 600 s; tree-check.sh's `parity` part runs it
+# in a call of its own)
+if [ "${PARITY:-1}" = 1 ]; then
+    timeout ${PARITY_TIMEOUT:-420} $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1
+    echo "parity rc $?"
+fi
 timeout 120 $D/gpu_codec --test-threads=1 > "$OUT/codec.txt" 2>&1; echo "codec rc $?"
 timeout 60 $D/gpu_sampling --test-threads=1 > "$OUT/sampling.txt" 2>&1; echo "sampling rc $?"
-grep -E "^test |test result" "$OUT/parity.txt" "$OUT/codec.txt" "$OUT/sampling.txt"
+grep -E "^test |test result" "$OUT/codec.txt" "$OUT/sampling.txt"
+if [ -f "$OUT/parity.txt" ]; then grep -E "^test |test result" "$OUT/parity.txt"; fi
 if [ "${STAGES:-1}" = 1 ]; then
     timeout 240 $D/qwen3-tts bench-stages --batches "${BATCHES:-1,4,16,32,64}" --iters 20 \
         --kernels --out "$OUT/stages.json" > "$OUT/stages.txt" 2>&1; echo "stages rc $?"

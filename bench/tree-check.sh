@@ -4,9 +4,12 @@
 # machine; binaries in .device-carry/ (gzipped). Usage: PART="check" OUT=$OUT bash
 # bench/tree-check.sh (bench/results/2026-12-06-h100-batch-bucket-24/run.sh was its
 # first form).
-# PART: one or more of check, pcm, e2e, b24, passes, e2e24 (in the order given).
-#   check: gpu_parity, gpu_codec, gpu_sampling, then bench-stages at 1, 2, 16, 32, 64 rows
-#     (bench/device-check.sh, per-kernel times included).
+# PART: one or more of parity, check, pcm, e2e, b24, passes, e2e24 (in the order given).
+#   parity: the whole gpu_parity alone, at most 580 s (31 tests took ~460 s on an H100 on
+#     2026-12-07, too long to share a call with check's other steps).
+#   check: gpu_codec, gpu_sampling, then bench-stages at 1, 2, 16, 32, 64 rows
+#     (bench/device-check.sh, per-kernel times included); gpu_parity first too with
+#     PARITY=1.
 #   pcm: a request alone on a fresh server (bench/first-pcm.sh), PCM_RUNS times.
 #   e2e: bench/e2e-sweep.sh at RATES (default 10 40), 30 s warm-up, 60 s measured.
 #   b24: bench-stages at 16, 20, 24 and 32 rows with QWEN3_TTS_BATCH_24=0 and 1,
@@ -45,7 +48,13 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for part in ${PART:-check pcm}; do
     case $part in
-    check) OUT=$OUT/check BATCHES=${BATCHES:-1,2,16,32,64} bash bench/device-check.sh ;;
+    parity)
+        mkdir -p "$OUT/parity"
+        timeout 580 $D/gpu_parity --test-threads=1 > "$OUT/parity/parity.txt" 2>&1
+        echo "parity rc $?"; grep -E "^test |test result" "$OUT/parity/parity.txt" ;;
+    check)
+        PARITY=${PARITY:-0} OUT=$OUT/check BATCHES=${BATCHES:-1,2,16,32,64} \
+            bash bench/device-check.sh ;;
     pcm)
         runs=""
         for i in $(seq 1 "${PCM_RUNS:-2}"); do runs="$runs default$i:"; done
