@@ -9,9 +9,9 @@ source bench/device-env.sh
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-# PARITY=0 leaves gpu_parity out (31 tests took ~460 s on an H100 on 2026-12-07: with the
-# stages after it, more than a device call's 600 s; tree-check.sh's `parity` part runs it
-# in a call of its own)
+# PARITY=0 leaves gpu_parity out (31 tests took up to ~460 s on an H100 on 2026-12-07:
+# with the stages after it, more than a device call's 600 s; tree-check.sh's `parity`
+# part runs it in a call of its own)
 if [ "${PARITY:-1}" = 1 ]; then
     timeout ${PARITY_TIMEOUT:-420} $D/gpu_parity --test-threads=1 > "$OUT/parity.txt" 2>&1
     echo "parity rc $?"

@@ -5,8 +5,8 @@
 # bench/tree-check.sh (bench/results/2026-12-06-h100-batch-bucket-24/run.sh was its
 # first form).
 # PART: one or more of parity, check, pcm, e2e, b24, passes, e2e24 (in the order given).
-#   parity: the whole gpu_parity alone, at most 580 s (31 tests took ~460 s on an H100 on
-#     2026-12-07, too long to share a call with check's other steps).
+#   parity: the whole gpu_parity alone, at most 580 s (31 tests took up to ~460 s on an
+#     H100 on 2026-12-07, too long to share a call with check's other steps).
 #   check: gpu_codec, gpu_sampling, then bench-stages at 1, 2, 16, 32, 64 rows
 #     (bench/device-check.sh, per-kernel times included); gpu_parity first too with
 #     PARITY=1.
