@@ -6,9 +6,10 @@
 //! write-combined as `alloc_pinned` gives) then into a fresh `Vec`.
 //! `cargo run --release -p tts-cuda --example read_latency -- [iterations]`
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice};
+use tts_engine::stats::percentile;
 
 /// Bytes read: a row's code, 16 rows' codes, a frame of 16 codes for 8 rows, 2 frames of
 /// PCM (1 row), 2 frames for 8 rows, 4 frames for 16 rows, 8 frames for 20 rows.
@@ -42,9 +43,9 @@ struct Bench {
 }
 
 impl Bench {
-    /// One read of `n` floats in `mode`, in microseconds of host time from the call to
-    /// the data being in a fresh `Vec`.
-    fn once(&mut self, mode: Mode, n: usize) -> Result<f64, DriverError> {
+    /// One read of `n` floats in `mode`: host time from the call to the data being in a
+    /// fresh `Vec`.
+    fn once(&mut self, mode: Mode, n: usize) -> Result<Duration, DriverError> {
         self.stream.memset_zeros(&mut self.flag)?;
         let t = Instant::now();
         let first = match mode {
@@ -70,15 +71,19 @@ impl Bench {
             }
         };
         std::hint::black_box(first);
-        Ok(t.elapsed().as_secs_f64() * 1e6)
+        Ok(t.elapsed())
     }
 }
 
 fn main() -> Result<(), DriverError> {
-    let iters: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3000);
+    let iters = match std::env::args().nth(1).map(|s| s.parse::<usize>()) {
+        None => 3000,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("read_latency: the argument is the reads per row, a positive integer");
+            std::process::exit(2);
+        }
+    };
     tts_cuda::libs::preload();
     if !tts_cuda::libs::present().0 {
         eprintln!(
@@ -122,14 +127,15 @@ fn main() -> Result<(), DriverError> {
                     t.push(us);
                 }
             }
-            t.sort_by(f64::total_cmp);
-            let mean = t.iter().sum::<f64>() / t.len() as f64;
+            t.sort();
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            let mean = t.iter().sum::<Duration>().div_f64(t.len() as f64);
             println!(
                 "{bytes:>9} {:<24} {:>8.2} {:>8.2} {:>8.2}",
                 mode.name(),
-                t[t.len() / 2],
-                t[t.len() * 9 / 10],
-                mean
+                us(percentile(&t, 0.50)),
+                us(percentile(&t, 0.90)),
+                us(mean)
             );
         }
     }
