@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice};
-use tts_engine::stats::percentile;
+use tts_engine::stats::Summary;
 
 /// Bytes read: a row's code, 16 rows' codes, a frame of 16 codes for 8 rows, 2 frames of
 /// PCM (1 row), 2 frames for 8 rows, 4 frames for 16 rows, 8 frames for 20 rows.
@@ -111,7 +111,7 @@ fn main() -> Result<(), DriverError> {
     println!("device: {}, {iters} reads per row", ctx.name()?);
     println!(
         "{:>9} {:<24} {:>8} {:>8} {:>8}",
-        "bytes", "read", "p50 µs", "p90 µs", "mean µs"
+        "bytes", "read", "p50 µs", "p95 µs", "mean µs"
     );
     for bytes in SIZES {
         for mode in [
@@ -127,15 +127,15 @@ fn main() -> Result<(), DriverError> {
                     t.push(us);
                 }
             }
-            t.sort();
+            // (iters > 0, so there is a summary)
+            let Some(s) = Summary::of(&t) else { continue };
             let us = |d: Duration| d.as_secs_f64() * 1e6;
-            let mean = t.iter().sum::<Duration>().div_f64(t.len() as f64);
             println!(
                 "{bytes:>9} {:<24} {:>8.2} {:>8.2} {:>8.2}",
                 mode.name(),
-                us(percentile(&t, 0.50)),
-                us(percentile(&t, 0.90)),
-                us(mean)
+                us(s.p50),
+                us(s.p95),
+                us(s.mean)
             );
         }
     }
